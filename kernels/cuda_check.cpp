@@ -1,0 +1,33 @@
+// cuda_check.cpp — message formatting and launch checking for cuda_check.hpp.
+#include "cuda_check.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace mc::gpu {
+
+std::string cuda_error_message(cudaError_t e, const char* call, const std::string& ctx,
+                               const char* file, int line) {
+  std::ostringstream os;
+  os << "CUDA error " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ") in " << call;
+  if (!ctx.empty()) os << " [" << ctx << "]";
+  os << " at " << file << ":" << line;
+  return os.str();
+}
+
+static bool sync_launches() {
+  static const bool on = [] {
+    const char* v = std::getenv("MAMBACHECK_SYNC_LAUNCHES");
+    return v && *v && *v != '0';
+  }();
+  return on;
+}
+
+void check_launch(const char* kernel, const char* file, int line) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && sync_launches()) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    throw CudaError(cuda_error_message(e, "kernel launch", kernel, file, line), e);
+}
+
+}  // namespace mc::gpu

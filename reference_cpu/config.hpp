@@ -1,0 +1,76 @@
+// config.hpp — Mamba-1 model configuration, derived dimensions, validation
+// (spec §1.1–§1.3) and the scan-mode predicate. Shared by the CPU oracle, the
+// GPU pipeline, the CLI and the tests, so it has no CUDA and no templates.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace mc {
+
+// Which scan implementation the GPU runs (spec §1.3). The CPU always runs the
+// sequential recurrence.
+enum class ScanMode { Auto, Sequential, Parallel };
+
+// Storage dtype of the "typed" tensors of the mixed-precision path (spec §6).
+// F32 means the pure f32 pipeline (no rounding anywhere).
+enum class DType { F32, BF16, F16 };
+
+const char* to_string(ScanMode m);
+const char* to_string(DType d);
+ScanMode parse_scan_mode(const std::string& s);  // throws ConfigError
+DType parse_dtype(const std::string& s);         // throws ConfigError
+
+// Thrown for every bad configuration or runtime shape. The message always
+// names the field, the value and the limit that was violated.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct ModelConfig {
+  int d_model = 128;
+  int d_state = 16;
+  int d_conv = 4;
+  int expand = 2;
+  int n_layers = 3;
+  int input_dim = 128;  // "mid": width of the external input fed to input_proj
+  double eps = 1e-5;    // RMSNorm epsilon (added to the mean of squares)
+};
+
+// Derived dimensions (spec §1.1). All int64 so that products never overflow.
+struct Dims {
+  int64_t dm = 0, di = 0, ds = 0, dc = 0, dr = 0, xd = 0, mid = 0, L = 0;
+  double eps = 1e-5;
+  static Dims from(const ModelConfig& cfg);  // validates cfg first
+};
+
+// Hard limits. These are limits of this implementation, not of the math; each
+// is checked before any work starts (spec §1.2, plus issue-3 runtime limits).
+struct Limits {
+  static constexpr int64_t kMaxDModel = int64_t(1) << 20;
+  static constexpr int64_t kMaxLayers = 4096;
+  static constexpr int64_t kMaxDInner = 65535;
+  static constexpr int64_t kMaxDState = 256;  // parallel-scan register/smem bound
+  static constexpr int64_t kMaxDConv = 8;     // conv register arrays
+  static constexpr int64_t kMaxSeqScanDState = 64;  // sequential scan registers
+  static constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
+  static constexpr int64_t kMaxBatch = int64_t(1) << 20;
+  static constexpr int64_t kMaxInputDim = int64_t(1) << 20;
+};
+
+// Throws ConfigError naming field, value and limit.
+void validate_config(const ModelConfig& cfg);
+// Runtime shape check (B, T > 0 and below the limits). Throws ConfigError.
+void validate_runtime(const Dims& d, int64_t B, int64_t T);
+
+// Spec §1.3: ds > 64 forces the parallel scan; Auto picks parallel iff T > 256.
+constexpr int64_t kParallelScanThreshold = 256;
+bool use_parallel_scan(ScanMode mode, int64_t T, int64_t ds);
+
+// Parameter counts (spec §2.1).
+int64_t params_per_layer(const Dims& d);
+int64_t params_total(const Dims& d);
+
+}  // namespace mc
