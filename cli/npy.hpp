@@ -1,0 +1,20 @@
+// npy.hpp — minimal writer of NumPy .npy files (format version 1.0,
+// little-endian, C order) so that dumps load with numpy.load, plus a tiny
+// JSON string escaper for manifest.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mc::io {
+
+// Write data (row-major, shape) as '<f4' or '<f8'. Throws std::runtime_error
+// naming the path on any I/O failure.
+void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
+void write_npy(const std::string& path, const double* data, const std::vector<int64_t>& shape);
+
+std::string json_escape(const std::string& s);
+std::string json_shape(const std::vector<int64_t>& shape);  // "[2, 3]"
+
+}  // namespace mc::io
