@@ -41,6 +41,8 @@ struct ErrorStats {
   double ref_max_abs = 0;    // max |ref|
   int64_t nonfinite = 0;     // count of non-finite entries in a
   int64_t first_nonfinite = -1;
+  int64_t ref_nonfinite = 0;      // count of non-finite entries in ref (an invalid oracle)
+  int64_t first_ref_nonfinite = -1;
 };
 
 // Error of `a` against the reference `ref` (both length n). ULP distances are
@@ -62,8 +64,11 @@ struct KRuleResult {
 };
 
 // Apply the rule to one tensor. K (kernel result, float), O (f64 oracle), P
-// (baseline, float or double) all of length n.
+// (baseline, float or double) all of length n. A non-finite entry in K, P or O
+// always fails (its error counts as +inf).
 KRuleResult k_rule(const std::string& tensor, const float* K, const double* O, const float* P,
+                   int64_t n, DType dtype, double k_limit);
+KRuleResult k_rule(const std::string& tensor, const float* K, const double* O, const double* P,
                    int64_t n, DType dtype, double k_limit);
 KRuleResult k_rule(const std::string& tensor, const std::vector<float>& K,
                    const std::vector<double>& O, const std::vector<float>& P, DType dtype,
@@ -73,7 +78,8 @@ KRuleResult k_rule(const std::string& tensor, const std::vector<float>& K,
 uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed = 0xcbf29ce484222325ULL);
 
 // First index where two float buffers differ bitwise (-1 if identical), and the
-// ULP distance there (as signed-magnitude integers).
+// ULP distance there: |ord(a) - ord(b)| with the sign-magnitude bit patterns
+// mapped to ordered integers (+0 and -0 are 0 apart but differ bitwise).
 struct BitDiff {
   int64_t index = -1;
   float a = 0, b = 0;
