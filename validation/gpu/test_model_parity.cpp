@@ -1,0 +1,268 @@
+// ctest-labels: gpu
+// ctest-timeout: 900
+// test_model_parity.cpp — the f32 GPU pipeline (gpu::Model, GemmMath::F32)
+// against the f64 CPU oracle at the model level: forward output, final
+// conv/SSM states, every parameter-gradient tensor (each ParamEntry on its
+// own), the input gradient and the initial-state gradients, for one layer and
+// multi-layer backbones, both scan modes, non-zero carried initial states.
+// Rule (compare.hpp): max|K-O| <= kF32KLimit * max|P-O| + 2 ulp_f32(max|O|),
+// P = the float instantiation of the same oracle. Also: the target forward,
+// state carry across consecutive forward calls, and refusal of d_state 257 /
+// d_conv 9 with a ConfigError naming the field.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "config.hpp"
+#include "gpu_test.hpp"
+#include "model_harness.hpp"
+#include "pipeline.hpp"
+
+namespace mc::testing {
+namespace {
+
+class ModelParity : public GpuTest {};
+
+ModelConfig make_cfg(int dm, int ds, int dc, int expand, int L, int mid) {
+  ModelConfig c;
+  c.d_model = dm;
+  c.d_state = ds;
+  c.d_conv = dc;
+  c.expand = expand;
+  c.n_layers = L;
+  c.input_dim = mid;
+  return c;
+}
+
+// Full forward+backward parity of one problem in one scan mode.
+void check_model(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed, ScanMode scan) {
+  ASSERT_TRUE(shape_ok_for_k_rule(cfg, B, T)) << describe(cfg, B, T);
+  const ModelInputs in = make_inputs(cfg, B, T, seed);
+  const std::string label = describe(cfg, B, T) + " scan=" + to_string(scan);
+  SCOPED_TRACE(label);
+  const auto O = oracle_run<double>(in);
+  const auto P = oracle_run<float>(in);
+  const auto K = gpu_run(in, scan);
+  expect_pass_and_record(compare_model(label, in, K, O, P));
+}
+
+// ---- one layer --------------------------------------------------------------
+
+const ModelConfig kOneLayer = make_cfg(/*dm*/ 16, /*ds*/ 16, /*dc*/ 4, /*expand*/ 2, /*L*/ 1,
+                                       /*mid*/ 12);
+
+TEST_F(ModelParity, OneLayerSequential) {
+  check_model(kOneLayer, 2, 37, 101, ScanMode::Sequential);
+}
+TEST_F(ModelParity, OneLayerParallel) { check_model(kOneLayer, 2, 37, 101, ScanMode::Parallel); }
+
+// Odd d_inner (expand 3 x d_model 17 = 51), d_conv 1 and a single timestep.
+TEST_F(ModelParity, OneLayerOddInnerConv1) {
+  const ModelConfig c = make_cfg(17, 7, 1, 3, 1, 6);
+  check_model(c, 3, 1, 102, ScanMode::Sequential);
+  check_model(c, 3, 1, 102, ScanMode::Parallel);
+}
+
+// d_state > 64: the dispatcher must route to the parallel scan in every mode.
+TEST_F(ModelParity, OneLayerWideStateAllModes) {
+  const ModelConfig c = make_cfg(16, 80, 3, 2, 1, 6);
+  for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto})
+    check_model(c, 2, 19, 103, m);
+}
+
+// ---- multi-layer backbone -----------------------------------------------------
+
+const ModelConfig kBackbone = make_cfg(24, 8, 3, 2, 3, 20);
+
+TEST_F(ModelParity, BackboneSequential) {
+  check_model(kBackbone, 3, 41, 201, ScanMode::Sequential);
+}
+TEST_F(ModelParity, BackboneParallel) { check_model(kBackbone, 3, 41, 201, ScanMode::Parallel); }
+
+// T > 256: Auto picks the parallel scan; checked against the sequential route too.
+TEST_F(ModelParity, BackboneLongSequenceBothModes) {
+  const ModelConfig c = make_cfg(16, 16, 4, 2, 2, 8);
+  for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto})
+    check_model(c, 2, 300, 202, m);
+}
+
+// The dispatch decision the Model reports is the spec §1.3 predicate.
+TEST_F(ModelParity, ReportsScanRoute) {
+  const ModelConfig c = make_cfg(8, 16, 4, 2, 1, 8);
+  for (int64_t T : {1, 256, 257}) {
+    for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto}) {
+      gpu::RunOptions opt;
+      opt.scan = m;
+      gpu::Model model(c, 1, T, opt);
+      EXPECT_EQ(model.uses_parallel_scan(), use_parallel_scan(m, T, c.d_state))
+          << "T=" << T << " mode=" << to_string(m);
+    }
+  }
+}
+
+// ---- target forward -------------------------------------------------------------
+
+void check_target(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed, ScanMode scan) {
+  const ModelInputs in = make_inputs(cfg, B, T, seed);
+  const std::string label = describe(cfg, B, T) + " scan=" + to_string(scan) + " target";
+  SCOPED_TRACE(label);
+  const std::vector<double> O = oracle_target<double>(in);
+  const std::vector<float> P = oracle_target<float>(in);
+  gpu::RunOptions opt;
+  opt.scan = scan;
+  gpu::Model m(cfg, B, T, opt);
+  m.set_params(in.params);
+  // A non-zero carried state must not leak into the target forward (it
+  // starts from zero state by definition, spec §3.5).
+  m.set_state(in.conv0, in.ssm0);
+  std::vector<float> K;
+  m.target_forward(in.X, K);
+  Comparison c;
+  c.label = label;
+  c.tensors.push_back(check::k_rule("target", K, O, P, DType::F32, check::kF32KLimit));
+  expect_pass_and_record(c, "target.");
+}
+
+TEST_F(ModelParity, TargetForwardSequential) {
+  check_target(kBackbone, 3, 29, 301, ScanMode::Sequential);
+}
+TEST_F(ModelParity, TargetForwardParallel) {
+  check_target(kBackbone, 3, 29, 301, ScanMode::Parallel);
+}
+TEST_F(ModelParity, TargetForwardWideStateLongT) {
+  check_target(make_cfg(16, 128, 4, 2, 2, 5), 2, 513, 302, ScanMode::Auto);
+}
+
+// ---- state carry ----------------------------------------------------------------
+
+// Rows [b*T + t0, b*T + t0 + len) of every sample b of a [B*T, w] tensor.
+std::vector<float> time_slice(const std::vector<float>& v, int64_t B, int64_t T, int64_t w,
+                              int64_t t0, int64_t len) {
+  std::vector<float> s;
+  s.reserve(size_t(B * len * w));
+  for (int64_t b = 0; b < B; ++b)
+    s.insert(s.end(), v.begin() + (b * T + t0) * w, v.begin() + (b * T + t0 + len) * w);
+  return s;
+}
+
+// Inverse of time_slice for two consecutive segments: [B*T1, w] ++ [B*T2, w]
+// -> [B*(T1+T2), w] batch-major.
+std::vector<float> time_concat(const std::vector<float>& a, int64_t T1, const std::vector<float>& b,
+                               int64_t T2, int64_t B, int64_t w) {
+  std::vector<float> s;
+  s.reserve(size_t(B * (T1 + T2) * w));
+  for (int64_t i = 0; i < B; ++i) {
+    s.insert(s.end(), a.begin() + i * T1 * w, a.begin() + (i + 1) * T1 * w);
+    s.insert(s.end(), b.begin() + i * T2 * w, b.begin() + (i + 1) * T2 * w);
+  }
+  return s;
+}
+
+// Output and final states of two consecutive GPU forwards over [0, T1) and
+// [T1, T1+T2) with the state carried between them, vs the oracle's single
+// forward over [0, T1+T2) from the same initial state.
+void check_state_carry(const ModelConfig& cfg, int64_t B, int64_t T1, int64_t T2, uint64_t seed,
+                       ScanMode scan, bool same_model) {
+  const int64_t T = T1 + T2;
+  const ModelInputs in = make_inputs(cfg, B, T, seed);
+  const Dims d = Dims::from(cfg);
+  const std::string label = describe(cfg, B, T) + " scan=" + to_string(scan) + " split " +
+                            std::to_string(T1) + "+" + std::to_string(T2) +
+                            (same_model ? " (one model, two calls)" : " (two models)");
+  SCOPED_TRACE(label);
+  const auto O = oracle_forward<double>(in);
+  const auto P = oracle_forward<float>(in);
+
+  gpu::RunOptions opt;
+  opt.scan = scan;
+  ModelOutputs<float> K;
+  std::vector<float> out1, out2;
+  const std::vector<float> X1 = time_slice(in.X, B, T, d.mid, 0, T1);
+  const std::vector<float> X2 = time_slice(in.X, B, T, d.mid, T1, T2);
+  if (same_model) {
+    gpu::Model m(cfg, B, T1, opt);
+    m.set_params(in.params);
+    m.set_state(in.conv0, in.ssm0);
+    m.forward(X1, out1);
+    m.forward(X2, out2);
+    m.get_state(K.conv_final, K.ssm_final);
+  } else {
+    std::vector<float> conv_mid, ssm_mid;
+    {
+      gpu::Model m1(cfg, B, T1, opt);
+      m1.set_params(in.params);
+      m1.set_state(in.conv0, in.ssm0);
+      m1.forward(X1, out1);
+      m1.get_state(conv_mid, ssm_mid);
+    }
+    gpu::Model m2(cfg, B, T2, opt);
+    m2.set_params(in.params);
+    m2.set_state(conv_mid, ssm_mid);
+    m2.forward(X2, out2);
+    m2.get_state(K.conv_final, K.ssm_final);
+  }
+  K.out = time_concat(out1, T1, out2, T2, B, d.dm);
+
+  Comparison c;
+  c.label = label;
+  c.tensors.push_back(check::k_rule("out", K.out, O.out, P.out, DType::F32, check::kF32KLimit));
+  c.tensors.push_back(check::k_rule("conv_final", K.conv_final, O.conv_final, P.conv_final,
+                                    DType::F32, check::kF32KLimit));
+  c.tensors.push_back(check::k_rule("ssm_final", K.ssm_final, O.ssm_final, P.ssm_final,
+                                    DType::F32, check::kF32KLimit));
+  expect_pass_and_record(c, "carry.");
+}
+
+TEST_F(ModelParity, StateCarryTwoCallsSequential) {
+  check_state_carry(kBackbone, 2, 17, 17, 401, ScanMode::Sequential, true);
+}
+TEST_F(ModelParity, StateCarryTwoCallsParallel) {
+  check_state_carry(kBackbone, 2, 17, 17, 401, ScanMode::Parallel, true);
+}
+TEST_F(ModelParity, StateCarryUnevenSplitTwoModels) {
+  for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel})
+    check_state_carry(kBackbone, 2, 13, 22, 402, m, false);
+}
+// Split with a segment shorter than d_conv - 1: the carried window mixes the
+// initial state and the first segment's inputs.
+TEST_F(ModelParity, StateCarryShortSegment) {
+  const ModelConfig c = make_cfg(16, 16, 4, 2, 2, 8);
+  for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel})
+    check_state_carry(c, 3, 2, 9, 403, m, false);
+}
+
+// ---- refusals -------------------------------------------------------------------
+
+// Constructing a Model with a bad config throws ConfigError whose message
+// names the field, the value and the limit.
+void expect_refused(const ModelConfig& cfg, const std::string& field, const std::string& value,
+                    const std::string& limit, ScanMode scan = ScanMode::Auto) {
+  gpu::RunOptions opt;
+  opt.scan = scan;
+  try {
+    gpu::Model m(cfg, 1, 8, opt);
+    ADD_FAILURE() << "Model accepted " << field << " = " << value;
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    std::cout << "refused: " << msg << "\n";
+    EXPECT_NE(msg.find(field), std::string::npos) << msg;
+    EXPECT_NE(msg.find(value), std::string::npos) << msg;
+    EXPECT_NE(msg.find(limit), std::string::npos) << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected ConfigError for " << field << " = " << value << ", got: " << e.what();
+  }
+}
+
+TEST_F(ModelParity, RefusesDState257) {
+  for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto})
+    expect_refused(make_cfg(8, 257, 4, 2, 1, 8), "d_state", "257", "256", m);
+}
+
+TEST_F(ModelParity, RefusesDConv9) {
+  expect_refused(make_cfg(8, 16, 9, 2, 1, 8), "d_conv", "9", "8");
+}
+
+}  // namespace
+}  // namespace mc::testing
