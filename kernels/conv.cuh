@@ -1,0 +1,55 @@
+// conv.cuh — causal depthwise conv1d + SiLU with a carried dc-wide state
+// (spec §3.2 F4a, §4.4 B6), forward and backward, templated on the storage
+// type T of the activations (float, __nv_bfloat16, __half). Weights, bias,
+// state, the saved windows and all gradients of parameters/state are f32.
+//
+// The conv is not a recurrence: the window at t is
+//   W_t[k] = xb[t − (dc−1) + k]   if that index >= 0, else S0[t + k + 1]
+// (S0 = incoming state; S0[0] is never read), so the kernels split T into
+// fixed chunks of kConvChunk steps and run one thread per (b, chunk, d).
+// d_conv is limited to Limits::kMaxDConv = 8 (register windows); a larger
+// value is refused with a ConfigError naming d_conv — never a silent return.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mc::kern {
+
+// Time steps handled sequentially by one thread.
+constexpr int64_t kConvChunk = 64;
+
+// Forward (T = seq_len):
+//   xb [B, T, di] T, w [di, dc] f32, bias [di] f32,
+//   state [B, di, dc] f32 (in: S0, out: the window of t = T−1)
+//   -> windows [B, T, di, dc] f32 (after shift+insert; nullptr = not saved),
+//      pc [B, T, di] T (pre-SiLU; nullptr = not saved), u [B, T, di] T = SiLU(pc)
+// pc = bias + Σ_k W_t[k]·w[d, k] (k ascending, f32); u is SiLU of the f32 pc.
+template <class T>
+void conv1d_silu_fwd(const T* xb, const float* w, const float* bias, int64_t B, int64_t seq_len,
+                     int64_t di, int64_t dc, float* state, float* windows, T* pc, T* u,
+                     cudaStream_t stream);
+
+// Floats of scratch conv1d_silu_bwd needs (per-(b, chunk, d) partials of dw and
+// dbias plus the column-sum scratch).
+size_t conv1d_silu_bwd_scratch_floats(int64_t B, int64_t seq_len, int64_t di, int64_t dc);
+
+// Backward (T = seq_len), with g_t = du_t·SiLU'(pc_t):
+//   du [B, T, di] T, pc [B, T, di] T, windows [B, T, di, dc] f32, w [di, dc] f32
+//   -> dxb [B, T, di] T (=)      dxb_t = Σ_{j=0..dc−1, t+j<T} g_{t+j}·w[d, dc−1−j]
+//      dw [di, dc] f32 (+=)      Σ_{b,t} g_t·W_t[k]       (per-(b,chunk,d) partials + fixed reduce)
+//      dbias [di] f32 (+=)       Σ_{b,t} g_t
+//      d_state0 [B, di, dc] f32 (=, nullptr = skipped): gradient w.r.t. S0;
+//        slot 0 is never read by the forward, so d_state0[..., 0] = 0 and
+//        d_state0[..., j] = Σ_{t=0}^{j−1} g_t·w[d, j−1−t] (the carry left after t = 0).
+// scratch: conv1d_silu_bwd_scratch_floats(B, T, di, dc) floats.
+template <class T>
+void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float* w, int64_t B,
+                     int64_t seq_len, int64_t di, int64_t dc, T* dxb, float* dw, float* dbias,
+                     float* d_state0, float* scratch, cudaStream_t stream);
+
+}  // namespace mc::kern

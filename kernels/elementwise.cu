@@ -1,0 +1,399 @@
+// elementwise.cu — kernels and launchers of elementwise.cuh. Every kernel is
+// a 64-bit grid-stride loop over independent outputs (1-D geometry of
+// launch_args.hpp). Explicit instantiations for float, __nv_bfloat16, __half.
+#include "elementwise.cuh"
+
+#include "cuda_check.hpp"
+#include "launch_args.hpp"
+#include "typed.cuh"
+
+namespace mc::kern {
+
+namespace {
+
+using dev::from_f32;
+using dev::to_f32;
+
+#define MC_GRID_LOOP(i, n) \
+  for (int64_t i = dev::global_index(); i < (n); i += dev::grid_stride())
+
+// P [R, 2di] -> xb, z, gs [R, di]
+template <class T>
+__global__ void split_gate_silu_kernel(const T* __restrict__ P, int64_t R, int64_t di,
+                                       T* __restrict__ xb, T* __restrict__ z, T* __restrict__ gs) {
+  MC_GRID_LOOP(i, R * di) {
+    const int64_t r = i / di, d = i % di;
+    const T zv = P[r * 2 * di + di + d];
+    xb[i] = P[r * 2 * di + d];
+    z[i] = zv;
+    gs[i] = from_f32<T>(dev::silu(to_f32(zv)));
+  }
+}
+
+// dxb, dz [R, di] -> dP [R, 2di]
+template <class T>
+__global__ void concat_halves_kernel(const T* __restrict__ dxb, const T* __restrict__ dz,
+                                     int64_t R, int64_t di, T* __restrict__ dP) {
+  MC_GRID_LOOP(i, R * 2 * di) {
+    const int64_t r = i / (2 * di), c = i % (2 * di);
+    dP[i] = c < di ? dxb[r * di + c] : dz[r * di + c - di];
+  }
+}
+
+// acc [R, di] f32, bias [di] -> delta_raw, delta [R, di]
+template <class T>
+__global__ void softplus_bias_fwd_kernel(const float* __restrict__ acc,
+                                         const float* __restrict__ bias, int64_t R, int64_t di,
+                                         T* __restrict__ delta_raw, T* __restrict__ delta) {
+  MC_GRID_LOOP(i, R * di) {
+    const T raw = from_f32<T>(acc[i] + bias[i % di]);
+    delta_raw[i] = raw;
+    delta[i] = from_f32<T>(dev::softplus(to_f32(raw)));
+  }
+}
+
+// delta_raw, d_delta [n] -> d_delta_raw [n]
+template <class T>
+__global__ void softplus_bwd_kernel(const T* __restrict__ delta_raw, const T* __restrict__ d_delta,
+                                    int64_t n, T* __restrict__ d_delta_raw) {
+  MC_GRID_LOOP(i, n) {
+    const float x = to_f32(delta_raw[i]);
+    const float g = to_f32(d_delta[i]);
+    d_delta_raw[i] = from_f32<T>(x > 20.0f ? g : g * dev::sigmoid(x));
+  }
+}
+
+// y, gs [n] -> g [n]
+template <class T>
+__global__ void gating_fwd_kernel(const T* __restrict__ y, const T* __restrict__ gs, int64_t n,
+                                  T* __restrict__ g) {
+  MC_GRID_LOOP(i, n) g[i] = from_f32<T>(to_f32(y[i]) * to_f32(gs[i]));
+}
+
+// dG, y, z, gs [n] -> dY, dz [n]
+template <class T>
+__global__ void gating_bwd_kernel(const T* __restrict__ dG, const T* __restrict__ y,
+                                  const T* __restrict__ z, const T* __restrict__ gs, int64_t n,
+                                  T* __restrict__ dY, T* __restrict__ dz) {
+  MC_GRID_LOOP(i, n) {
+    const float g = to_f32(dG[i]);
+    dY[i] = from_f32<T>(g * to_f32(gs[i]));
+    dz[i] = from_f32<T>(g * to_f32(y[i]) * dev::silu_grad(to_f32(z[i])));
+  }
+}
+
+// a [n] f32, b [n] T -> out [n] f32 (out may alias a: no __restrict__)
+template <class T>
+__global__ void residual_add_kernel(const float* a, const T* __restrict__ b, int64_t n,
+                                    float* out) {
+  MC_GRID_LOOP(i, n) out[i] = a[i] + to_f32(b[i]);
+}
+
+// a [n] T (in/out), b [n] T
+template <class T>
+__global__ void add_inplace_kernel(T* __restrict__ a, const T* __restrict__ b, int64_t n) {
+  MC_GRID_LOOP(i, n) a[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+// y [M, N] f32 (in/out), bias [N]
+template <class T>
+__global__ void bias_add_round_kernel(float* __restrict__ y, const float* __restrict__ bias,
+                                      int64_t M, int64_t N) {
+  MC_GRID_LOOP(i, M * N) y[i] = dev::round_f32<T>(y[i] + bias[i % N]);
+}
+
+template <class T>
+__global__ void cast_from_f32_kernel(const float* __restrict__ src, int64_t n,
+                                     T* __restrict__ dst) {
+  MC_GRID_LOOP(i, n) dst[i] = from_f32<T>(src[i]);
+}
+
+template <class T>
+__global__ void cast_to_f32_kernel(const T* __restrict__ src, int64_t n, float* __restrict__ dst) {
+  MC_GRID_LOOP(i, n) dst[i] = to_f32(src[i]);
+}
+
+// src [R, ld] cols [off, off+w) -> dst [R, w]
+template <class T>
+__global__ void gather_cols_kernel(const T* __restrict__ src, int64_t R, int64_t ld, int64_t off,
+                                   int64_t w, T* __restrict__ dst) {
+  MC_GRID_LOOP(i, R * w) dst[i] = src[(i / w) * ld + off + i % w];
+}
+
+// dst [R, ld] cols [off, off+w) += src [R, w]
+template <class T>
+__global__ void scatter_add_cols_kernel(const T* __restrict__ src, int64_t R, int64_t ld,
+                                        int64_t off, int64_t w, T* __restrict__ dst) {
+  MC_GRID_LOOP(i, R * w) {
+    T* p = dst + (i / w) * ld + off + i % w;
+    *p = from_f32<T>(to_f32(*p) + to_f32(src[i]));
+  }
+}
+
+// d_dt_in [R, dr] T, dB, dC [R, ds] f32 -> d_xdbl [R, dr + 2ds] T
+template <class T>
+__global__ void assemble_dxdbl_kernel(const T* __restrict__ d_dt_in, const float* __restrict__ dB,
+                                      const float* __restrict__ dC, int64_t R, int64_t dr,
+                                      int64_t ds, T* __restrict__ d_xdbl) {
+  const int64_t xd = dr + 2 * ds;
+  MC_GRID_LOOP(i, R * xd) {
+    const int64_t r = i / xd, c = i % xd;
+    d_xdbl[i] = c < dr        ? d_dt_in[r * dr + c]
+                : c < dr + ds ? from_f32<T>(dB[r * ds + c - dr])
+                              : from_f32<T>(dC[r * ds + c - dr - ds]);
+  }
+}
+
+// src [B*T, D] T -> dst [B, D] f32
+template <class T>
+__global__ void gather_last_timestep_kernel(const T* __restrict__ src, int64_t B, int64_t T_len,
+                                            int64_t D, float* __restrict__ dst) {
+  MC_GRID_LOOP(i, B * D) {
+    const int64_t b = i / D, j = i % D;
+    dst[i] = to_f32(src[(b * T_len + T_len - 1) * D + j]);
+  }
+}
+
+// a_log [n] -> a_neg [n]
+__global__ void exp_negate_kernel(const float* __restrict__ a_log, int64_t n,
+                                  float* __restrict__ a_neg) {
+  MC_GRID_LOOP(i, n) a_neg[i] = -expf(a_log[i]);
+}
+
+#undef MC_GRID_LOOP
+
+void require_rows_cols(const char* k, int64_t R, const char* cols_name, int64_t cols) {
+  require_positive(k, "rows", R);
+  require_positive(k, cols_name, cols);
+}
+
+void require_count(const char* k, int64_t n) { require_range(k, "n", n, 0, INT64_MAX); }
+
+void check_cols(const char* k, int64_t R, int64_t ld, int64_t off, int64_t w) {
+  require_rows_cols(k, R, "width", w);
+  require_range(k, "offset", off, 0, INT64_MAX);
+  require_range(k, "offset + width", off + w, 1, ld, "columns must lie inside the row stride");
+}
+
+}  // namespace
+
+template <class T>
+void split_gate_silu(const T* P, int64_t R, int64_t di, T* xb, T* z, T* gs, cudaStream_t stream) {
+  const char* k = "split_gate_silu";
+  require_rows_cols(k, R, "d_inner", di);
+  require_ptr(k, "P", P);
+  require_ptr(k, "xb", xb);
+  require_ptr(k, "z", z);
+  require_ptr(k, "gs", gs);
+  split_gate_silu_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(P, R, di, xb, z, gs);
+  MC_LAUNCH_CHECK("split_gate_silu_kernel");
+}
+
+template <class T>
+void concat_halves(const T* dxb, const T* dz, int64_t R, int64_t di, T* dP, cudaStream_t stream) {
+  const char* k = "concat_halves";
+  require_rows_cols(k, R, "d_inner", di);
+  require_ptr(k, "dxb", dxb);
+  require_ptr(k, "dz", dz);
+  require_ptr(k, "dP", dP);
+  concat_halves_kernel<T><<<grid_1d(R * 2 * di), kBlock1D, 0, stream>>>(dxb, dz, R, di, dP);
+  MC_LAUNCH_CHECK("concat_halves_kernel");
+}
+
+template <class T>
+void softplus_bias_fwd(const float* acc, const float* bias, int64_t R, int64_t di, T* delta_raw,
+                       T* delta, cudaStream_t stream) {
+  const char* k = "softplus_bias_fwd";
+  require_rows_cols(k, R, "d_inner", di);
+  require_ptr(k, "acc", acc);
+  require_ptr(k, "bias", bias);
+  require_ptr(k, "delta_raw", delta_raw);
+  require_ptr(k, "delta", delta);
+  softplus_bias_fwd_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(acc, bias, R, di,
+                                                                        delta_raw, delta);
+  MC_LAUNCH_CHECK("softplus_bias_fwd_kernel");
+}
+
+template <class T>
+void softplus_bwd(const T* delta_raw, const T* d_delta, int64_t n, T* d_delta_raw,
+                  cudaStream_t stream) {
+  const char* k = "softplus_bwd";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "delta_raw", delta_raw);
+  require_ptr(k, "d_delta", d_delta);
+  require_ptr(k, "d_delta_raw", d_delta_raw);
+  softplus_bwd_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(delta_raw, d_delta, n, d_delta_raw);
+  MC_LAUNCH_CHECK("softplus_bwd_kernel");
+}
+
+template <class T>
+void gating_fwd(const T* y, const T* gs, int64_t n, T* g, cudaStream_t stream) {
+  const char* k = "gating_fwd";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "y", y);
+  require_ptr(k, "gs", gs);
+  require_ptr(k, "g", g);
+  gating_fwd_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(y, gs, n, g);
+  MC_LAUNCH_CHECK("gating_fwd_kernel");
+}
+
+template <class T>
+void gating_bwd(const T* dG, const T* y, const T* z, const T* gs, int64_t n, T* dY, T* dz,
+                cudaStream_t stream) {
+  const char* k = "gating_bwd";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "dG", dG);
+  require_ptr(k, "y", y);
+  require_ptr(k, "z", z);
+  require_ptr(k, "gs", gs);
+  require_ptr(k, "dY", dY);
+  require_ptr(k, "dz", dz);
+  gating_bwd_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(dG, y, z, gs, n, dY, dz);
+  MC_LAUNCH_CHECK("gating_bwd_kernel");
+}
+
+template <class T>
+void residual_add(const float* a, const T* b, int64_t n, float* out, cudaStream_t stream) {
+  const char* k = "residual_add";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "a", a);
+  require_ptr(k, "b", b);
+  require_ptr(k, "out", out);
+  residual_add_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(a, b, n, out);
+  MC_LAUNCH_CHECK("residual_add_kernel");
+}
+
+template <class T>
+void add_inplace(T* a, const T* b, int64_t n, cudaStream_t stream) {
+  const char* k = "add_inplace";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "a", a);
+  require_ptr(k, "b", b);
+  add_inplace_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(a, b, n);
+  MC_LAUNCH_CHECK("add_inplace_kernel");
+}
+
+template <class T>
+void bias_add_round(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream) {
+  const char* k = "bias_add_round";
+  require_rows_cols(k, M, "cols", N);
+  require_ptr(k, "y", y);
+  require_ptr(k, "bias", bias);
+  bias_add_round_kernel<T><<<grid_1d(M * N), kBlock1D, 0, stream>>>(y, bias, M, N);
+  MC_LAUNCH_CHECK("bias_add_round_kernel");
+}
+
+template <class T>
+void cast_from_f32(const float* src, int64_t n, T* dst, cudaStream_t stream) {
+  const char* k = "cast_from_f32";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "src", src);
+  require_ptr(k, "dst", dst);
+  cast_from_f32_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(src, n, dst);
+  MC_LAUNCH_CHECK("cast_from_f32_kernel");
+}
+
+template <class T>
+void cast_to_f32(const T* src, int64_t n, float* dst, cudaStream_t stream) {
+  const char* k = "cast_to_f32";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "src", src);
+  require_ptr(k, "dst", dst);
+  cast_to_f32_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(src, n, dst);
+  MC_LAUNCH_CHECK("cast_to_f32_kernel");
+}
+
+template <class T>
+void gather_cols(const T* src, int64_t R, int64_t ld, int64_t off, int64_t w, T* dst,
+                 cudaStream_t stream) {
+  const char* k = "gather_cols";
+  check_cols(k, R, ld, off, w);
+  require_ptr(k, "src", src);
+  require_ptr(k, "dst", dst);
+  gather_cols_kernel<T><<<grid_1d(R * w), kBlock1D, 0, stream>>>(src, R, ld, off, w, dst);
+  MC_LAUNCH_CHECK("gather_cols_kernel");
+}
+
+template <class T>
+void scatter_add_cols(const T* src, int64_t R, int64_t ld, int64_t off, int64_t w, T* dst,
+                      cudaStream_t stream) {
+  const char* k = "scatter_add_cols";
+  check_cols(k, R, ld, off, w);
+  require_ptr(k, "src", src);
+  require_ptr(k, "dst", dst);
+  scatter_add_cols_kernel<T><<<grid_1d(R * w), kBlock1D, 0, stream>>>(src, R, ld, off, w, dst);
+  MC_LAUNCH_CHECK("scatter_add_cols_kernel");
+}
+
+template <class T>
+void assemble_dxdbl(const T* d_dt_in, const float* dB, const float* dC, int64_t R, int64_t dr,
+                    int64_t ds, T* d_xdbl, cudaStream_t stream) {
+  const char* k = "assemble_dxdbl";
+  require_rows_cols(k, R, "dt_rank", dr);
+  require_positive(k, "d_state", ds);
+  require_ptr(k, "d_dt_in", d_dt_in);
+  require_ptr(k, "dB", dB);
+  require_ptr(k, "dC", dC);
+  require_ptr(k, "d_xdbl", d_xdbl);
+  assemble_dxdbl_kernel<T><<<grid_1d(R * (dr + 2 * ds)), kBlock1D, 0, stream>>>(d_dt_in, dB, dC,
+                                                                                R, dr, ds, d_xdbl);
+  MC_LAUNCH_CHECK("assemble_dxdbl_kernel");
+}
+
+template <class T>
+void gather_last_timestep(const T* src, int64_t B, int64_t seq_len, int64_t D, float* dst,
+                          cudaStream_t stream) {
+  const char* k = "gather_last_timestep";
+  require_positive(k, "batch", B);
+  require_positive(k, "seq_len", seq_len);
+  require_positive(k, "dim", D);
+  require_ptr(k, "src", src);
+  require_ptr(k, "dst", dst);
+  gather_last_timestep_kernel<T><<<grid_1d(B * D), kBlock1D, 0, stream>>>(src, B, seq_len, D, dst);
+  MC_LAUNCH_CHECK("gather_last_timestep_kernel");
+}
+
+void exp_negate(const float* a_log, int64_t n, float* a_neg, cudaStream_t stream) {
+  const char* k = "exp_negate";
+  require_count(k, n);
+  if (n == 0) return;
+  require_ptr(k, "a_log", a_log);
+  require_ptr(k, "a_neg", a_neg);
+  exp_negate_kernel<<<grid_1d(n), kBlock1D, 0, stream>>>(a_log, n, a_neg);
+  MC_LAUNCH_CHECK("exp_negate_kernel");
+}
+
+#define MC_INSTANTIATE_ELEMENTWISE(T)                                                          \
+  template void split_gate_silu<T>(const T*, int64_t, int64_t, T*, T*, T*, cudaStream_t);      \
+  template void concat_halves<T>(const T*, const T*, int64_t, int64_t, T*, cudaStream_t);      \
+  template void softplus_bias_fwd<T>(const float*, const float*, int64_t, int64_t, T*, T*,     \
+                                     cudaStream_t);                                            \
+  template void softplus_bwd<T>(const T*, const T*, int64_t, T*, cudaStream_t);                \
+  template void gating_fwd<T>(const T*, const T*, int64_t, T*, cudaStream_t);                  \
+  template void gating_bwd<T>(const T*, const T*, const T*, const T*, int64_t, T*, T*,         \
+                              cudaStream_t);                                                   \
+  template void residual_add<T>(const float*, const T*, int64_t, float*, cudaStream_t);        \
+  template void add_inplace<T>(T*, const T*, int64_t, cudaStream_t);                           \
+  template void bias_add_round<T>(float*, const float*, int64_t, int64_t, cudaStream_t);       \
+  template void cast_from_f32<T>(const float*, int64_t, T*, cudaStream_t);                     \
+  template void cast_to_f32<T>(const T*, int64_t, float*, cudaStream_t);                       \
+  template void gather_cols<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*, cudaStream_t); \
+  template void scatter_add_cols<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*,          \
+                                    cudaStream_t);                                             \
+  template void assemble_dxdbl<T>(const T*, const float*, const float*, int64_t, int64_t,      \
+                                  int64_t, T*, cudaStream_t);                                  \
+  template void gather_last_timestep<T>(const T*, int64_t, int64_t, int64_t, float*,           \
+                                        cudaStream_t);
+MC_INSTANTIATE_ELEMENTWISE(float)
+MC_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)
+MC_INSTANTIATE_ELEMENTWISE(__half)
+#undef MC_INSTANTIATE_ELEMENTWISE
+
+}  // namespace mc::kern

@@ -1,0 +1,94 @@
+// elementwise.cuh — the element-wise and data-movement kernels of one Mamba-1
+// layer and the backbone (spec §3.2 F3/F4c/F4e/F6, §4.2 B2/B4/B5/B7, §6):
+// split + gate SiLU, softplus with the fused f32 dt bias, gating, residual add,
+// casts, column gather/scatter, last-timestep gather, a_neg = −exp(A_log).
+//
+// Templated on the storage type T (float, __nv_bfloat16, __half): typed loads
+// upcast to f32, all math f32, one round-to-nearest-even store (spec §6.4).
+// Every launcher validates its arguments (ConfigError) and checks the launch.
+// Rows are batch-major (r = b·T + t); all indices are 64-bit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mc::kern {
+
+// F3. P [R, 2·di] T -> xb [R, di] = P[:, 0:di], z [R, di] = P[:, di:2di], gs [R, di] = SiLU(z)
+template <class T>
+void split_gate_silu(const T* P, int64_t R, int64_t di, T* xb, T* z, T* gs, cudaStream_t stream);
+
+// B7. dxb [R, di] T, dz [R, di] T -> dP [R, 2·di] T = [dxb | dz] (x half first)
+template <class T>
+void concat_halves(const T* dxb, const T* dz, int64_t R, int64_t di, T* dP, cudaStream_t stream);
+
+// F4c. acc [R, di] f32 (the dt_proj GEMM result), bias [di] f32 ->
+//   delta_raw [R, di] T = q(acc + bias)   (bias added in f32, one rounding)
+//   delta     [R, di] T = q(softplus(delta_raw as stored))   (x > 20 ? x : log1p(exp(x)))
+template <class T>
+void softplus_bias_fwd(const float* acc, const float* bias, int64_t R, int64_t di, T* delta_raw,
+                       T* delta, cudaStream_t stream);
+
+// B4. delta_raw [n] T, d_delta [n] T -> d_delta_raw [n] T = d_delta·σ(delta_raw)
+// (= d_delta when delta_raw > 20, as the oracle writes it).
+template <class T>
+void softplus_bwd(const T* delta_raw, const T* d_delta, int64_t n, T* d_delta_raw,
+                  cudaStream_t stream);
+
+// F4e. y [n] T, gs [n] T -> g [n] T = y·gs
+template <class T>
+void gating_fwd(const T* y, const T* gs, int64_t n, T* g, cudaStream_t stream);
+
+// B2. dG, y, z (pre-SiLU gate), gs [n] T -> dY [n] T = dG·gs, dz [n] T = dG·y·SiLU'(z)
+template <class T>
+void gating_bwd(const T* dG, const T* y, const T* z, const T* gs, int64_t n, T* dY, T* dz,
+                cudaStream_t stream);
+
+// F6 (and B8's residual path). a [n] f32, b [n] T -> out [n] f32 = a + f32(b); out may alias a.
+template <class T>
+void residual_add(const float* a, const T* b, int64_t n, float* out, cudaStream_t stream);
+
+// B5. a [n] T, b [n] T -> a = q(a + b)
+template <class T>
+void add_inplace(T* a, const T* b, int64_t n, cudaStream_t stream);
+
+// Biased GEMM epilogue (input_proj): y [M, N] f32 (GEMM result, in place),
+// bias [N] f32 -> y = f32(q(y + bias)): the bias is added in f32 before the
+// one rounding to T (identity rounding for float).
+template <class T>
+void bias_add_round(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);
+
+// Casts with round-to-nearest-even. src [n] -> dst [n].
+template <class T>
+void cast_from_f32(const float* src, int64_t n, T* dst, cudaStream_t stream);
+template <class T>
+void cast_to_f32(const T* src, int64_t n, float* dst, cudaStream_t stream);
+
+// src [R, ld] columns [off, off+w) -> dst [R, w]
+template <class T>
+void gather_cols(const T* src, int64_t R, int64_t ld, int64_t off, int64_t w, T* dst,
+                 cudaStream_t stream);
+// dst [R, ld] columns [off, off+w) = q(dst + src), src [R, w]
+template <class T>
+void scatter_add_cols(const T* src, int64_t R, int64_t ld, int64_t off, int64_t w, T* dst,
+                      cudaStream_t stream);
+
+// B3/B4 assembly of the x_proj output gradient in one pass (equal to zeroing
+// d_xdbl and scatter-adding the three blocks):
+//   d_dt_in [R, dr] T, dB [R, ds] f32, dC [R, ds] f32 -> d_xdbl [R, dr+2·ds] T = [d_dt_in | q(dB) | q(dC)]
+template <class T>
+void assemble_dxdbl(const T* d_dt_in, const float* dB, const float* dC, int64_t R, int64_t dr,
+                    int64_t ds, T* d_xdbl, cudaStream_t stream);
+
+// Target forward. src [B·T, D] T -> dst [B, D] f32 = src[b·T + T−1, :]
+template <class T>
+void gather_last_timestep(const T* src, int64_t B, int64_t seq_len, int64_t D, float* dst,
+                          cudaStream_t stream);
+
+// a_log [n] f32 -> a_neg [n] f32 = −exp(a_log) (accurate expf, not exp2f(x·log2e)).
+void exp_negate(const float* a_log, int64_t n, float* a_neg, cudaStream_t stream);
+
+}  // namespace mc::kern

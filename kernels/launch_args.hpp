@@ -1,0 +1,56 @@
+// launch_args.hpp — host-side argument validation and launch geometry shared
+// by the non-scan launchers. Every launcher validates its shape and pointers
+// before launching, so a bad call is a clear mc::ConfigError naming the
+// kernel, the field, the value and the limit — never a silent no-op.
+//
+// Launch geometry is a pure function of the shape (determinism rule, spec §5).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "config.hpp"
+
+namespace mc::kern {
+
+// Threads per block of the 1-D elementwise kernels.
+constexpr int kBlock1D = 256;
+// Grid cap of the grid-stride kernels (enough blocks to fill any current GPU).
+constexpr int64_t kMaxGrid1D = int64_t(1) << 16;
+
+// ceil(n / kBlock1D) blocks, capped; the kernels loop with a 64-bit grid stride.
+inline unsigned grid_1d(int64_t n) {
+  const int64_t blocks = (n + kBlock1D - 1) / kBlock1D;
+  return unsigned(std::max<int64_t>(1, std::min(blocks, kMaxGrid1D)));
+}
+
+[[noreturn]] inline void fail_arg(const char* kernel, const char* field, int64_t value,
+                                  const char* relation, int64_t limit, const char* why = "") {
+  std::ostringstream os;
+  os << kernel << ": " << field << " = " << value << " violates " << field << " " << relation
+     << " " << limit;
+  if (why && *why) os << " (" << why << ")";
+  throw ConfigError(os.str());
+}
+
+// lo <= value <= hi
+inline void require_range(const char* kernel, const char* field, int64_t value, int64_t lo,
+                          int64_t hi, const char* why = "") {
+  if (value < lo) fail_arg(kernel, field, value, ">=", lo, why);
+  if (value > hi) fail_arg(kernel, field, value, "<=", hi, why);
+}
+
+inline void require_positive(const char* kernel, const char* field, int64_t value) {
+  if (value < 1) fail_arg(kernel, field, value, ">=", 1);
+}
+
+// A pointer the kernel dereferences (only checked when the tensor is non-empty).
+inline void require_ptr(const char* kernel, const char* name, const void* p) {
+  if (p == nullptr) throw ConfigError(std::string(kernel) + ": " + name + " is null");
+}
+
+}  // namespace mc::kern

@@ -1,0 +1,62 @@
+// typed.cuh — device-side helpers shared by the non-scan kernels: the storage
+// type promotion rule of spec §6.4 (typed loads upcast to f32, all math in f32,
+// one round-to-nearest-even downcast on store), the exact-libm activation
+// functions the oracle also uses, and 64-bit grid-stride indexing.
+//
+// Included only by kernels/*.cu (device code). No fast-math anywhere: expf,
+// log1pf and sqrtf are the IEEE-accurate CUDA versions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mc::kern::dev {
+
+// ---- promotion rule (spec §6.4) ---------------------------------------------
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);  // RN, never the RZ default (spec pitfall 12)
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+// The value a T store of x reads back as (identity for float).
+template <class T>
+__device__ __forceinline__ float round_f32(float x) {
+  return to_f32(from_f32<T>(x));
+}
+
+// ---- activations (spec §0, §3.2) --------------------------------------------
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+// SiLU'(x) = σ(x)·(1 + x·(1 − σ(x)))
+__device__ __forceinline__ float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+// softplus with mamba's strict threshold: x > 20 ? x : log1p(exp(x))
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// ---- indexing ------------------------------------------------------------------
+// Global thread index and grid stride, 64-bit (n may exceed 2^31).
+__device__ __forceinline__ int64_t global_index() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
+
+}  // namespace mc::kern::dev
