@@ -1,0 +1,144 @@
+// backward.cpp — the backbone backward (spec §4.1: norm_f, B0–B8 per layer in
+// reverse, input_proj) with optional initial-state gradients and d_input, one
+// implementation over the storage type T. Parameter gradients accumulate into
+// the f32 arena (zeroed at the start); every reduction is fixed-order (GEMMs
+// with beta = 1, reduce_sum_axis0 / column_sum), no atomics.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "conv.cuh"
+#include "elementwise.cuh"
+#include "norm.cuh"
+#include "pipeline_impl.hpp"
+#include "reduce.cuh"
+
+namespace mc::gpu {
+
+// B0: the typed copy q(dH) that the GEMMs read; the f32 dH itself is kept.
+template <class T>
+const T* Pipeline<T>::typed_copy_of_dH() {
+  if constexpr (std::is_same<T, float>::value) {
+    return dH_.get();
+  } else {
+    kern::cast_from_f32<T>(dH_.get(), R_ * d_.dm, dH_typed_.get(), stream());
+    return dH_typed_.get();
+  }
+}
+
+// One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l.
+template <class T>
+void Pipeline<T>::layer_backward(int l, float* dH) {
+  const LayerParamOffsets& off = lay_.layers[size_t(l)];
+  const LayerActs<T> a = saved(l);
+  const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
+  const std::string layer = "layer " + std::to_string(l) + " ";
+  cudaStream_t s = stream();
+  // Buffers with disjoint lifetimes (pipeline_impl.hpp):
+  T* dG = buf_a_.get();         // B1 -> B2
+  T* d_delta = buf_a_.get();    // B3 -> B4
+  T* dU_x = buf_a_.get();       // B5
+  T* dY = buf_b_.get();         // B2 -> B3
+  T* d_draw = buf_b_.get();     // B4
+  T* dxb = buf_b_.get();        // B6 -> B7
+  T* dz = dz_.get();            // B2 -> B7
+  T* dU = du_.get();            // B3 -> B6
+  T* dP = proj_.get();          // B7 (the forward's in_proj scratch)
+
+  // B0
+  const T* dHt = typed_copy_of_dH();
+  // B1 out_proj: dG = dH'·W_outᵀ, dW_out += Gᵀ·dH'
+  gemm_.input_grad<T, T>(layer + "out_proj dX", dHt, w(off.out_proj_w), dG, R, di, dm);
+  gemm_.weight_grad<T>(layer + "out_proj dW", a.gated, di, dHt, g(off.out_proj_w), R, di, dm);
+  fc_.check("B1 out_proj", l, "d_gated", dG, R * di);
+  // B2 gating
+  kern::gating_bwd<T>(dG, a.y, a.z, a.gs, R * di, dY, dz, s);
+  fc_.check("B2 gating", l, "d_y", dY, R * di);
+  fc_.check("B2 gating", l, "d_gate", dz, R * di);
+  // B3 scan BPTT; dB, dC summed over d in f32; dD, dA_log accumulate into the arena
+  float* dh0 = opt_.state_grads ? ssm_state(l, d_ssm0_.get()) : nullptr;
+  kern::scan_bwd<T>(parallel_, scan_shape_, a.delta, a.u, a.xdbl + dr, a.xdbl + dr + ds, a_neg(l),
+                    p(off.d_param), a.h_saved, dY, d_delta, dU, dB_.get(), dC_.get(),
+                    g(off.d_param), g(off.a_log), dh0, scan_scratch_.get(), s);
+  fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
+  fc_.check("B3 scan", l, "d_u", dU, R * di);
+  fc_.check("B3 scan", l, "dB", dB_.get(), R * ds);
+  fc_.check("B3 scan", l, "dC", dC_.get(), R * ds);
+  // B4 softplus + dt_proj (dt_in read in place from xdbl, row stride xd)
+  kern::softplus_bwd<T>(a.delta_raw, d_delta, R * di, d_draw, s);
+  fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
+  gemm_.input_grad<T, T>(layer + "dt_proj dX", d_draw, w(off.dt_proj_w), d_dt_in_.get(), R, dr,
+                         di);
+  gemm_.weight_grad<T>(layer + "dt_proj dW", a.xdbl, xd, d_draw, g(off.dt_proj_w), R, dr, di);
+  kern::column_sum<T>(d_draw, R, di, di, g(off.dt_proj_b), /*accumulate=*/true,
+                      reduce_scratch_.get(), s);
+  fc_.check("B4 dt_proj", l, "d_dt_in", d_dt_in_.get(), R * dr);
+  kern::assemble_dxdbl<T>(d_dt_in_.get(), dB_.get(), dC_.get(), R, dr, ds, dxdbl_.get(), s);
+  fc_.check("B4 assemble", l, "d_xdbl", dxdbl_.get(), R * xd);
+  // B5 x_proj; dU = q(dU_ssm + dU_x)
+  gemm_.input_grad<T, T>(layer + "x_proj dX", dxdbl_.get(), w(off.x_proj_w), dU_x, R, di, xd);
+  gemm_.weight_grad<T>(layer + "x_proj dW", a.u, di, dxdbl_.get(), g(off.x_proj_w), R, di, xd);
+  fc_.check("B5 x_proj", l, "d_u_xproj", dU_x, R * di);
+  kern::add_inplace<T>(dU, dU_x, R * di, s);
+  fc_.check("B5 x_proj", l, "d_u", dU, R * di);
+  // B6 SiLU + conv (+ gradient w.r.t. the incoming conv state)
+  float* dconv0 = opt_.state_grads ? conv_state(l, d_conv0_.get()) : nullptr;
+  kern::conv1d_silu_bwd<T>(dU, a.pc, a.windows, p(off.conv_w), B_, T_, di, d_.dc, dxb,
+                           g(off.conv_w), g(off.conv_b), dconv0, reduce_scratch_.get(), s);
+  fc_.check("B6 conv1d_silu", l, "d_x_branch", dxb, R * di);
+  // B7 in_proj: dP = [dxb | dz], dN = dP·W_inᵀ, dW_in += Nᵀ·dP
+  kern::concat_halves<T>(dxb, dz, R, di, dP, s);
+  gemm_.input_grad<T, T>(layer + "in_proj dX", dP, w(off.in_proj_w), dN_.get(), R, dm, 2 * di);
+  gemm_.weight_grad<T>(layer + "in_proj dW", a.post_norm, dm, dP, g(off.in_proj_w), R, dm,
+                       2 * di);
+  fc_.check("B7 in_proj", l, "d_post_norm", dN_.get(), R * dm);
+  // B8 RMSNorm backward (typed dy, f32 x) + residual: dH = dH' + dHn (f32)
+  kern::rmsnorm_bwd<T>(dN_.get(), hs(l), p(off.norm_w), a.rms, R, dm, dx_norm_.get(),
+                       g(off.norm_w), reduce_scratch_.get(), s);
+  kern::residual_add<float>(dH, dx_norm_.get(), R * dm, dH, s);
+  fc_.check("B8 rmsnorm", l, "d_hidden", dH, R * dm);
+}
+
+template <class T>
+void Pipeline<T>::backward(bool want_d_input) {
+  if (!have_forward_) throw std::logic_error("Model::backward called before forward");
+  const int64_t R = R_, dm = d_.dm, mid = d_.mid;
+  cudaStream_t s = stream();
+  fc_.check("input", -1, "d_out", d_out_.get(), R * dm);
+  grads_.zero(s);
+  // norm_f backward, pure f32: dH := ∂L/∂Z
+  kern::rmsnorm_bwd<float>(d_out_.get(), hs(int(d_.L)), p(lay_.norm_f_w), rms_f_.get(), R, dm,
+                           dH_.get(), g(lay_.norm_f_w), reduce_scratch_.get(), s);
+  fc_.check("norm_f backward", -1, "d_hidden", dH_.get(), R * dm);
+  for (int l = int(d_.L) - 1; l >= 0; --l) layer_backward(l, dH_.get());
+  // input_proj from q(∂L/∂H0): dW, db (column sums of the typed copy), optional dX
+  const T* dHt = typed_copy_of_dH();
+  gemm_.weight_grad<T>("input_proj dW", x_typed(), mid, dHt, g(lay_.input_proj_w), R, mid, dm);
+  kern::column_sum<T>(dHt, R, dm, dm, g(lay_.input_proj_b), /*accumulate=*/true,
+                      reduce_scratch_.get(), s);
+  have_d_input_ = false;
+  if (want_d_input) {
+    if (d_input_.empty()) {
+      d_input_.allocate(size_t(R * mid), "d_input");
+      bytes_ += int64_t(d_input_.bytes());
+    }
+    gemm_.input_grad<T, float>("input_proj dX", dHt, w(lay_.input_proj_w), d_input_.get(), R, mid,
+                               dm);
+    fc_.check("input_proj backward", -1, "d_input", d_input_.get(), R * mid);
+    have_d_input_ = true;
+  }
+  fc_.check("backward", -1, "grads", grads_.get(), lay_.total);
+}
+
+#define MC_INSTANTIATE_BACKWARD(T)                                   \
+  template const T* Pipeline<T>::typed_copy_of_dH();                \
+  template void Pipeline<T>::layer_backward(int, float*);           \
+  template void Pipeline<T>::backward(bool);
+MC_INSTANTIATE_BACKWARD(float)
+MC_INSTANTIATE_BACKWARD(__nv_bfloat16)
+MC_INSTANTIATE_BACKWARD(__half)
+#undef MC_INSTANTIATE_BACKWARD
+
+}  // namespace mc::gpu

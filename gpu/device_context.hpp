@@ -1,0 +1,59 @@
+// device_context.hpp — one device, one stream, one cuBLAS handle with its own
+// workspace and explicitly set math/atomics modes, for a Model. Also the
+// cuBLAS error check used by every GEMM (status name + context).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "device_buffer.hpp"
+#include "pipeline.hpp"
+
+namespace mc::gpu {
+
+class CublasError : public std::runtime_error {
+ public:
+  CublasError(const std::string& msg, cublasStatus_t s) : std::runtime_error(msg), status(s) {}
+  cublasStatus_t status;
+};
+
+// Throws CublasError "cuBLAS <STATUS_NAME> in <call> [<ctx>]" unless s is SUCCESS.
+void check_cublas(cublasStatus_t s, const char* call, const std::string& ctx);
+
+#define MC_CUBLAS_CHECK(call, ctx) ::mc::gpu::check_cublas((call), #call, (ctx))
+
+// Bytes of the workspace given to cuBLAS (cublasSetWorkspace): fixed, so the
+// algorithm choice (and the bits) do not depend on what else is allocated.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
+class DeviceContext {
+ public:
+  // Selects `device` (ConfigError if it does not exist), creates a non-blocking
+  // stream and a cuBLAS handle bound to it with: own workspace, pointer mode
+  // host, atomics NOT allowed (determinism), math mode CUBLAS_DEFAULT_MATH for
+  // GemmMath::F32 or CUBLAS_TF32_TENSOR_OP_MATH for GemmMath::TF32.
+  DeviceContext(int device, GemmMath math);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  // Makes this context's device current (every public Model entry calls it).
+  void activate() const;
+
+  int device() const { return device_; }
+  GemmMath math() const { return math_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  size_t workspace_bytes() const { return workspace_.bytes(); }
+
+ private:
+  int device_ = 0;
+  GemmMath math_ = GemmMath::F32;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer<unsigned char> workspace_;
+};
+
+}  // namespace mc::gpu

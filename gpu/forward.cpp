@@ -1,0 +1,169 @@
+// forward.cpp — the backbone forward (spec §3.1: input_proj, L layers of
+// F1–F6 with carried conv/SSM state, norm_f) and the target "burn-in nosave"
+// forward (spec §3.5), one implementation over the storage type T. Where the
+// typed path rounds is listed in reference_cpu/model.cpp; the GPU rounds at
+// exactly those points (the kernels' typed stores).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "conv.cuh"
+#include "elementwise.cuh"
+#include "norm.cuh"
+#include "pipeline_impl.hpp"
+
+namespace mc::gpu {
+
+template <class T>
+LayerActs<T> Pipeline<T>::saved(int l) {
+  const int64_t R = R_, di = d_.di;
+  const int64_t rd = int64_t(l) * R * di;
+  return LayerActs<T>{rms_.get() + int64_t(l) * R,
+                      post_norm_.get() + int64_t(l) * R * d_.dm,
+                      z_.get() + rd,
+                      gs_.get() + rd,
+                      windows_.get() + int64_t(l) * R * di * d_.dc,
+                      pc_.get() + rd,
+                      u_.get() + rd,
+                      xdbl_.get() + int64_t(l) * R * d_.xd,
+                      delta_raw_.get() + rd,
+                      delta_.get() + rd,
+                      h_saved_.get() + int64_t(l) * B_ * (T_ + 1) * di * d_.ds,
+                      y_.get() + rd,
+                      gated_.get() + rd};
+}
+
+// One layer, F1–F6. H [R, dm] f32 -> H_next [R, dm] f32 (may alias H: H is only
+// read by F1 and by the final residual add). conv_state [B, di, dc] and
+// ssm_state [B, di, ds] are read as the initial and written as the final state.
+template <class T>
+void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, float* H_next,
+                                float* conv_state, float* ssm_state) {
+  const LayerParamOffsets& off = lay_.layers[size_t(l)];
+  const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
+  const std::string layer = "layer " + std::to_string(l) + " ";
+  cudaStream_t s = stream();
+  T* P = proj_.get();
+
+  // F1 RMSNorm: f32 residual in, typed N out, f32 rms saved
+  kern::rmsnorm_fwd<T>(H, p(off.norm_w), R, dm, d_.eps, a.post_norm, a.rms, s);
+  fc_.check("F1 rmsnorm", l, "post_norm", a.post_norm, R * dm);
+  // F2 in_proj: P [R, 2di] = N·W_in
+  gemm_.forward<T, T>(layer + "in_proj", a.post_norm, dm, w(off.in_proj_w), P, 2 * di, R, dm,
+                      2 * di);
+  fc_.check("F2 in_proj", l, "in_proj_out", P, R * 2 * di);
+  // F3 split (x half first) + gate SiLU
+  kern::split_gate_silu<T>(P, R, di, xb_.get(), a.z, a.gs, s);
+  fc_.check("F3 split_gate_silu", l, "gate_post_silu", a.gs, R * di);
+  // F4a causal conv + SiLU with carried state
+  kern::conv1d_silu_fwd<T>(xb_.get(), p(off.conv_w), p(off.conv_b), B_, T_, di, d_.dc,
+                           conv_state, a.windows, a.pc, a.u, s);
+  fc_.check("F4a conv1d_silu", l, "u", a.u, R * di);
+  fc_.check("F4a conv1d_silu", l, "conv_state", conv_state, B_ * di * d_.dc);
+  // F4b x_proj: xdbl [R, xd] = U·W_x  (columns dt_in | B | C)
+  gemm_.forward<T, T>(layer + "x_proj", a.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
+  fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
+  // F4c dt_proj into an f32 accumulator (dt_in read in place, row stride xd),
+  // bias added in f32, one rounding; softplus of the stored delta_raw
+  gemm_.forward<T, float>(layer + "dt_proj", a.xdbl, xd, w(off.dt_proj_w), acc_.get(), di, R,
+                          dr, di);
+  kern::softplus_bias_fwd<T>(acc_.get(), p(off.dt_proj_b), R, di, a.delta_raw, a.delta, s);
+  fc_.check("F4c dt_proj_softplus", l, "delta_raw", a.delta_raw, R * di);
+  fc_.check("F4c dt_proj_softplus", l, "delta", a.delta, R * di);
+  // F4d selective scan; B and C are read in place from xdbl (ld_bc = xd)
+  kern::scan_fwd<T>(parallel_, scan_shape_, a.delta, a.u, a.xdbl + dr, a.xdbl + dr + ds, a_neg(l),
+                    p(off.d_param), ssm_state, a.h_saved, a.y, s);
+  fc_.check("F4d scan", l, "y", a.y, R * di);
+  fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
+  if (a.h_saved) fc_.check("F4d scan", l, "h_saved", a.h_saved, B_ * (T_ + 1) * di * ds);
+  // F4e gating
+  kern::gating_fwd<T>(a.y, a.gs, R * di, a.gated, s);
+  fc_.check("F4e gating", l, "gated", a.gated, R * di);
+  // F5 out_proj
+  gemm_.forward<T, T>(layer + "out_proj", a.gated, di, w(off.out_proj_w), o_.get(), dm, R, di, dm);
+  fc_.check("F5 out_proj", l, "out_proj_out", o_.get(), R * dm);
+  // F6 residual (f32 + typed -> f32)
+  kern::residual_add<T>(H, o_.get(), R * dm, H_next, s);
+  fc_.check("F6 residual", l, "residual_out", H_next, R * dm);
+}
+
+template <class T>
+void Pipeline<T>::forward() {
+  if (!have_params_) throw std::logic_error("Model::forward called before set_params");
+  const int64_t R = R_, dm = d_.dm, mid = d_.mid;
+  cudaStream_t s = stream();
+  check_external_inputs_forward();
+  // input: f32 X -> typed copy (saved for the input_proj weight gradient)
+  if constexpr (!std::is_same<T, float>::value)
+    kern::cast_from_f32<T>(x_.get(), R * mid, x_typed_.get(), s);
+  // H0 = f32(q(X·W_ip + b_ip)): GEMM into the f32 residual, bias in f32, one rounding
+  gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), hs(0), dm, R, mid,
+                          dm);
+  kern::bias_add_round<T>(hs(0), p(lay_.input_proj_b), R, dm, s);
+  fc_.check("input_proj", -1, "H0", hs(0), R * dm);
+  for (int l = 0; l < int(d_.L); ++l)
+    layer_forward(l, saved(l), hs(l), hs(l + 1), conv_state(l, conv_state_.get()),
+                  ssm_state(l, ssm_state_.get()));
+  // norm_f on all positions
+  kern::rmsnorm_fwd<T>(hs(int(d_.L)), p(lay_.norm_f_w), R, dm, d_.eps, out_typed(), rms_f_.get(),
+                       s);
+  fc_.check("norm_f", -1, "output", out_typed(), R * dm);
+  have_forward_ = true;
+  have_d_input_ = false;
+}
+
+template <class T>
+void Pipeline<T>::target_forward(const float* X, float* target) {
+  if (!have_params_) throw std::logic_error("Model::target_forward called before set_params");
+  ensure_target_buffers();
+  TargetBuffers<T>& t = *tgt_;
+  const int64_t R = R_, dm = d_.dm, mid = d_.mid;
+  cudaStream_t s = stream();
+  t.x.upload(X, t.x.size(), s);
+  if (fc_.enabled()) {
+    fc_.check("input", -1, "params", params_.get(), lay_.total);
+    fc_.check("input", -1, "X", t.x.get(), R * mid);
+  }
+  // zero initial state, every call
+  t.conv.zero(s);
+  t.ssm.zero(s);
+  const T* xt;
+  if constexpr (std::is_same<T, float>::value) {
+    xt = t.x.get();
+  } else {
+    kern::cast_from_f32<T>(t.x.get(), R * mid, t.x_typed.get(), s);
+    xt = t.x_typed.get();
+  }
+  gemm_.forward<T, float>("target input_proj", xt, mid, w(lay_.input_proj_w), t.cur.get(), dm, R,
+                          mid, dm);
+  kern::bias_add_round<T>(t.cur.get(), p(lay_.input_proj_b), R, dm, s);
+  fc_.check("input_proj", -1, "H0", t.cur.get(), R * dm);
+  // nosave layers: no windows, no pc, no h_saved; one layer's buffers reused
+  const LayerActs<T> acts{t.rms.get(),   t.post_norm.get(), t.z.get(),     t.gs.get(),
+                          nullptr,       nullptr,           t.u.get(),     t.xdbl.get(),
+                          t.delta_raw.get(), t.delta.get(), nullptr,       t.y.get(),
+                          t.gated.get()};
+  for (int l = 0; l < int(d_.L); ++l)
+    layer_forward(l, acts, t.cur.get(), t.cur.get(), conv_state(l, t.conv.get()),
+                  ssm_state(l, t.ssm.get()));
+  // norm_f on all rows (configured eps), then the last timestep of every sample
+  kern::rmsnorm_fwd<T>(t.cur.get(), p(lay_.norm_f_w), R, dm, d_.eps, t.out.get(), t.rms.get(), s);
+  fc_.check("norm_f", -1, "output", t.out.get(), R * dm);
+  kern::gather_last_timestep<T>(t.out.get(), B_, T_, dm, t.target.get(), s);
+  t.target.download(target, t.target.size(), s);
+}
+
+#define MC_INSTANTIATE_FORWARD(T)                                                       \
+  template LayerActs<T> Pipeline<T>::saved(int);                                       \
+  template void Pipeline<T>::layer_forward(int, const LayerActs<T>&, const float*,     \
+                                           float*, float*, float*);                    \
+  template void Pipeline<T>::forward();                                                \
+  template void Pipeline<T>::target_forward(const float*, float*);
+MC_INSTANTIATE_FORWARD(float)
+MC_INSTANTIATE_FORWARD(__nv_bfloat16)
+MC_INSTANTIATE_FORWARD(__half)
+#undef MC_INSTANTIATE_FORWARD
+
+}  // namespace mc::gpu

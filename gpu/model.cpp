@@ -1,0 +1,162 @@
+// model.cpp — mc::gpu::Model (pipeline.hpp): validation of config, shape and
+// host vector sizes, then delegation to the storage-type pipeline chosen at
+// construction from RunOptions::dtype.
+#include <sstream>
+
+#include "pipeline_impl.hpp"
+
+namespace mc::gpu {
+
+struct Model::Impl {
+  Impl(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& o)
+      : dims(Dims::from(cfg)), layout(dims), opt(o), B(B), T(T), ctx(o.device, o.gemm) {
+    pipe = make_pipeline(ctx, layout, B, T, opt);
+  }
+  ~Impl() {
+    try {
+      ctx.activate();  // free the buffers on the model's device
+    } catch (...) {
+    }
+    pipe.reset();
+  }
+  Dims dims;
+  ParamLayout layout;
+  RunOptions opt;
+  int64_t B, T;
+  DeviceContext ctx;
+  std::unique_ptr<PipelineBase> pipe;
+};
+
+namespace {
+
+// Host vector of the wrong size: a ConfigError naming the argument and both sizes.
+template <class V>
+void require_size(const char* what, const V& v, int64_t expected, const char* formula) {
+  if (int64_t(v.size()) == expected) return;
+  std::ostringstream os;
+  os << what << ".size() = " << v.size() << " violates " << what << ".size() == " << formula
+     << " = " << expected;
+  throw ConfigError(os.str());
+}
+
+// Everything that must hold before any device work (ConfigError naming field, value, limit).
+void validate(const ModelConfig& cfg, int64_t B, int64_t T) {
+  const Dims d = Dims::from(cfg);  // validates cfg
+  validate_runtime(d, B, T);
+  std::string reason;
+  if (!gpu_available(&reason)) throw GpuUnavailable(reason);
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
+  validate(cfg, B, T);
+  impl_ = std::make_unique<Impl>(cfg, B, T, opt);
+}
+
+Model::~Model() = default;
+
+const Dims& Model::dims() const { return impl_->dims; }
+int64_t Model::batch() const { return impl_->B; }
+int64_t Model::seq_len() const { return impl_->T; }
+const RunOptions& Model::options() const { return impl_->opt; }
+bool Model::uses_parallel_scan() const {
+  return use_parallel_scan(impl_->opt.scan, impl_->T, impl_->dims.ds);
+}
+
+void Model::set_params(const std::vector<float>& host) {
+  require_size("params", host, impl_->layout.total, "params_total");
+  impl_->ctx.activate();
+  impl_->pipe->set_params(host.data());
+}
+
+void Model::set_state(const std::vector<float>& conv, const std::vector<float>& ssm) {
+  const Dims& d = impl_->dims;
+  require_size("conv", conv, d.L * impl_->B * d.di * d.dc, "n_layers*B*d_inner*d_conv");
+  require_size("ssm", ssm, d.L * impl_->B * d.di * d.ds, "n_layers*B*d_inner*d_state");
+  impl_->ctx.activate();
+  impl_->pipe->set_state(conv.data(), ssm.data());
+}
+
+void Model::reset_state() {
+  impl_->ctx.activate();
+  impl_->pipe->reset_state();
+}
+
+void Model::get_state(std::vector<float>& conv, std::vector<float>& ssm) const {
+  const Dims& d = impl_->dims;
+  conv.resize(size_t(d.L * impl_->B * d.di * d.dc));
+  ssm.resize(size_t(d.L * impl_->B * d.di * d.ds));
+  impl_->ctx.activate();
+  impl_->pipe->get_state(conv.data(), ssm.data());
+}
+
+void Model::forward(const std::vector<float>& X, std::vector<float>& out) {
+  upload_input(X);
+  forward_device();
+  out.resize(size_t(impl_->B * impl_->T * impl_->dims.dm));
+  impl_->pipe->download_output(out.data());
+}
+
+void Model::backward(const std::vector<float>& d_out, std::vector<float>& grads,
+                     std::vector<float>* d_conv0, std::vector<float>* d_ssm0,
+                     std::vector<float>* d_input) {
+  const Dims& d = impl_->dims;
+  if ((d_conv0 || d_ssm0) && !impl_->opt.state_grads)
+    throw ConfigError(
+        "state gradients requested (d_conv0/d_ssm0 non-null) but RunOptions::state_grads is "
+        "false");
+  upload_d_out(d_out);
+  impl_->pipe->backward(d_input != nullptr);
+  grads.resize(size_t(impl_->layout.total));
+  impl_->pipe->download_grads(grads.data());
+  if (d_conv0) d_conv0->resize(size_t(d.L * impl_->B * d.di * d.dc));
+  if (d_ssm0) d_ssm0->resize(size_t(d.L * impl_->B * d.di * d.ds));
+  if (d_conv0 || d_ssm0)
+    impl_->pipe->download_state_grads(d_conv0 ? d_conv0->data() : nullptr,
+                                      d_ssm0 ? d_ssm0->data() : nullptr);
+  if (d_input) {
+    d_input->resize(size_t(impl_->B * impl_->T * d.mid));
+    impl_->pipe->download_d_input(d_input->data());
+  }
+}
+
+void Model::target_forward(const std::vector<float>& X, std::vector<float>& target) {
+  require_size("X", X, impl_->B * impl_->T * impl_->dims.mid, "B*T*input_dim");
+  impl_->ctx.activate();
+  target.resize(size_t(impl_->B * impl_->dims.dm));
+  impl_->pipe->target_forward(X.data(), target.data());
+}
+
+void Model::upload_input(const std::vector<float>& X) {
+  require_size("X", X, impl_->B * impl_->T * impl_->dims.mid, "B*T*input_dim");
+  impl_->ctx.activate();
+  impl_->pipe->upload_input(X.data());
+}
+
+void Model::upload_d_out(const std::vector<float>& d_out) {
+  require_size("d_out", d_out, impl_->B * impl_->T * impl_->dims.dm, "B*T*d_model");
+  impl_->ctx.activate();
+  impl_->pipe->upload_d_out(d_out.data());
+}
+
+void Model::forward_device() {
+  impl_->ctx.activate();
+  impl_->pipe->forward();
+}
+
+void Model::backward_device() {
+  impl_->ctx.activate();
+  impl_->pipe->backward(false);
+}
+
+void Model::synchronize() {
+  impl_->ctx.activate();
+  MC_CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream()), "Model::synchronize");
+}
+
+void* Model::stream_handle() { return impl_->ctx.stream(); }
+
+int64_t Model::device_bytes_allocated() const { return impl_->pipe->bytes_allocated(); }
+
+}  // namespace mc::gpu
