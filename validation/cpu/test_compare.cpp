@@ -4,6 +4,9 @@
 // f32/bf16/f16, the k-x rule on both sides of its bound, NMSE/rel of a known
 // vector, RNE ties-to-even of storage.hpp, FNV-1a test vectors and the
 // first-bit-difference helper. Every expected value is derived in a comment.
+// Also the per-tensor model comparison used by the GPU suites
+// (validation/gpu/model_harness.hpp), driven here with CPU results in place of
+// the GPU: it must pass an equally accurate result and name a wrong tensor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../gpu/model_harness.hpp"
 #include "compare.hpp"
 #include "storage.hpp"
 
@@ -326,6 +330,84 @@ TEST(FirstBitDifference, IndexAndUlp) {
   d = first_bit_difference(z + 1, nz + 1, 1);
   EXPECT_EQ(d.index, 0);
   EXPECT_EQ(d.ulp, 2);
+}
+
+// ---------------------------------------- model comparison (harness) ---
+
+using mc::testing::compare_model;
+using mc::testing::make_inputs;
+using mc::testing::ModelInputs;
+using mc::testing::oracle_run;
+
+ModelConfig harness_cfg() {
+  ModelConfig c;
+  c.d_model = 16;
+  c.d_state = 8;
+  c.d_conv = 3;
+  c.expand = 2;
+  c.n_layers = 2;
+  c.input_dim = 6;
+  return c;
+}
+
+TEST(ModelComparison, FloatOracleAgainstItselfPassesEveryTensorWithKOne) {
+  const ModelInputs in = make_inputs(harness_cfg(), 2, 9, 7);
+  const auto O = oracle_run<double>(in);
+  const auto P = oracle_run<float>(in);
+  const auto c = compare_model("self", in, P, O, P);
+  // out, 2x conv_final, 2x ssm_final, 3 + 2*10 param tensors, d_input, 2x d_conv0, 2x d_ssm0
+  EXPECT_EQ(c.tensors.size(), size_t(1 + 2 + 2 + 23 + 1 + 2 + 2));
+  for (const auto& r : c.tensors) {
+    EXPECT_TRUE(r.pass) << r.summary();
+    // k = 1 exactly, or 0 where the float oracle is exact (e.g. d_conv0 slot 0).
+    EXPECT_TRUE(r.k == 1.0 || (r.k == 0.0 && r.baseline.max_abs == 0.0)) << r.summary();
+  }
+  EXPECT_TRUE(c.pass());
+}
+
+TEST(ModelComparison, NamesTheWrongGradientTensor) {
+  const ModelInputs in = make_inputs(harness_cfg(), 2, 9, 7);
+  const auto O = oracle_run<double>(in);
+  const auto P = oracle_run<float>(in);
+  // A bug-sized error in one element of one tensor (1e-3 relative).
+  auto K = P;
+  const ParamLayout lay(Dims::from(in.cfg));
+  const int64_t off = lay.layers[1].d_param + 3;
+  K.grads[size_t(off)] *= 1.001f;
+  const auto c = compare_model("bug", in, K, O, P);
+  EXPECT_FALSE(c.pass());
+  int failing = 0;
+  for (const auto& r : c.tensors) {
+    if (r.pass) continue;
+    ++failing;
+    EXPECT_EQ(r.tensor, "grad.layers.1.d_param") << r.summary();
+    EXPECT_EQ(r.kernel.argmax_abs, 3);
+  }
+  EXPECT_EQ(failing, 1);
+  EXPECT_NE(c.report(true).find("[FAIL] grad.layers.1.d_param"), std::string::npos);
+}
+
+TEST(ModelComparison, RefusesTensorsTooSmallForTheRule) {
+  ModelConfig c = harness_cfg();
+  c.d_model = 4;  // norm weights, biases, D: 4..8 elements
+  const ModelInputs in = make_inputs(c, 1, 3, 9);
+  EXPECT_FALSE(mc::testing::shape_ok_for_k_rule(c, 1, 3));
+  const auto O = oracle_run<double>(in);
+  const auto P = oracle_run<float>(in);
+  const auto cmp = compare_model("tiny", in, P, O, P);
+  EXPECT_FALSE(cmp.pass());
+  EXPECT_NE(cmp.report(true).find("TEST SETUP"), std::string::npos);
+}
+
+TEST(ModelComparison, SizeMismatchFails) {
+  const ModelInputs in = make_inputs(harness_cfg(), 1, 5, 3);
+  const auto O = oracle_run<double>(in);
+  const auto P = oracle_run<float>(in);
+  auto K = P;
+  K.d_ssm0.clear();  // e.g. the GPU did not produce the state gradient
+  const auto c = compare_model("missing", in, K, O, P);
+  EXPECT_FALSE(c.pass());
+  EXPECT_NE(c.report(true).find("SIZE MISMATCH"), std::string::npos);
 }
 
 }  // namespace
