@@ -15,8 +15,32 @@ DeviceInfo device_info(int) { throw GpuUnavailable(kReason); }
 std::string DeviceInfo::to_string() const { return name; }
 const char* to_string(GemmMath g) { return g == GemmMath::TF32 ? "tf32" : "f32"; }
 
+// Every Model member is unreachable (the constructor throws) but must link.
 struct Model::Impl {};
-Model::Model(const ModelConfig&, int64_t, int64_t, const RunOptions&) { throw GpuUnavailable(kReason); }
+[[noreturn]] static void unavailable() { throw GpuUnavailable(kReason); }
+Model::Model(const ModelConfig&, int64_t, int64_t, const RunOptions&) { unavailable(); }
 Model::~Model() = default;
+const Dims& Model::dims() const { unavailable(); }
+int64_t Model::batch() const { unavailable(); }
+int64_t Model::seq_len() const { unavailable(); }
+const RunOptions& Model::options() const { unavailable(); }
+bool Model::uses_parallel_scan() const { unavailable(); }
+void Model::set_params(const std::vector<float>&) { unavailable(); }
+void Model::set_state(const std::vector<float>&, const std::vector<float>&) { unavailable(); }
+void Model::reset_state() { unavailable(); }
+void Model::get_state(std::vector<float>&, std::vector<float>&) const { unavailable(); }
+void Model::forward(const std::vector<float>&, std::vector<float>&) { unavailable(); }
+void Model::backward(const std::vector<float>&, std::vector<float>&, std::vector<float>*,
+                     std::vector<float>*, std::vector<float>*) {
+  unavailable();
+}
+void Model::target_forward(const std::vector<float>&, std::vector<float>&) { unavailable(); }
+void Model::upload_input(const std::vector<float>&) { unavailable(); }
+void Model::upload_d_out(const std::vector<float>&) { unavailable(); }
+void Model::forward_device() { unavailable(); }
+void Model::backward_device() { unavailable(); }
+void Model::synchronize() { unavailable(); }
+void* Model::stream_handle() { unavailable(); }
+int64_t Model::device_bytes_allocated() const { unavailable(); }
 
 }  // namespace mc::gpu
