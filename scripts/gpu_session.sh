@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# gpu_session.sh — everything a GPU machine should run in one go, for a build
+# folder made elsewhere (CMAKE_CUDA_ARCHITECTURES=90) and carried over:
+# device info, the GPU ctest suites, compute-sanitizer, `mambacheck validate`
+# on all dtypes, and the benchmarks. Results go to <out>: JSON files at the
+# top, logs under <out>/logs, everything also packed into <out>/logs.tar.gz.
+#
+# usage: scripts/gpu_session.sh <build-dir> <out-dir> [phase ...]
+# phases (default: info tests sanitize validate bench):
+#   info      nvidia-smi, `mambacheck devices`
+#   tests     ctest -L gpu (JUnit XML + log)
+#   sanitize  scripts/sanitize.sh (memcheck, racecheck, initcheck on a reduced suite)
+#   validate  mambacheck validate --dtype all --scan both --json validation.json
+#   bench     bench_scan --sweep -> bench_scan.json; bench_train_step -> bench_train_step.json
+#   quickbench bench_scan (default small set) -> bench_scan_quick.json
+# Environment: PHASE_TIMEOUT (seconds per phase, default 900), CTEST_ARGS.
+set -u -o pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$(cd "$1" && pwd)"; out="$2"; shift 2
+phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(info tests sanitize validate bench)
+mkdir -p "$out/logs"
+export PATH="$PATH:/usr/local/cuda/bin"
+tmo="${PHASE_TIMEOUT:-900}"
+status=0
+run_phase() {  # name, command...
+  local name="$1"; shift
+  local t0=$(date +%s)
+  echo "=== $name: $*"
+  timeout "$tmo" "$@" >"$out/logs/$name.txt" 2>&1
+  local rc=$?
+  echo "=== $name: rc=$rc in $(( $(date +%s) - t0 )) s"
+  tail -n 25 "$out/logs/$name.txt"
+  [ $rc -ne 0 ] && status=1
+  return 0
+}
+for p in "${phases[@]}"; do
+  case "$p" in
+    info)
+      run_phase nvidia-smi nvidia-smi
+      run_phase devices "$build/cli/mambacheck" devices ;;
+    tests)
+      run_phase ctest-gpu bash -c "cd '$build' && ctest -L gpu --output-on-failure --output-junit '$out/logs/ctest-gpu.xml' ${CTEST_ARGS:-}" ;;
+    sanitize)
+      run_phase sanitize env SANITIZE_LOG_DIR="$out/logs/sanitize" "$root/scripts/sanitize.sh" "$build" ;;
+    validate)
+      run_phase validate "$build/cli/mambacheck" validate --gpu-only --dtype all --scan both --json "$out/validation.json" ;;
+    bench)
+      run_phase bench_scan "$build/bench/bench_scan" --sweep --json="$out/bench_scan.json"
+      run_phase bench_train_step "$build/bench/bench_train_step" --json="$out/bench_train_step.json" ;;
+    quickbench)
+      run_phase bench_scan_quick "$build/bench/bench_scan" --json="$out/bench_scan_quick.json" ;;
+    *) echo "unknown phase $p"; status=2 ;;
+  esac
+done
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
+exit $status
