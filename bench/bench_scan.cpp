@@ -1,0 +1,593 @@
+// bench_scan.cpp — Google Benchmark of the selective scan alone
+// (kernels/scan.cuh: forward, backward, forward+backward; sequential and
+// chunked-parallel; f32 / bf16 / f16 storage), issue 5's `bench_scan --sweep`.
+//
+// Method (also written into the JSON context):
+//   * fixed B and d_inner (default B=4, d_inner=1536 = the mamba-130m layer
+//     width); cases are (op, dtype, mode, T, d_state);
+//   * timing: manual time from cudaEvents recorded on the stream around the
+//     launch(es) only; one warm-up launch per case; before every timed
+//     iteration (outside the events) the state is reset (h <- h0, dD/dA_log
+//     zeroed) and the L2 is scrubbed by a 2x-L2 cudaMemsetAsync;
+//   * counters are computed from the measured time per iteration t:
+//     tokens_per_s = B*T/t, state_updates_per_s = B*T*di*ds/t,
+//     GBps = min_bytes/t (kernels/scan.cuh traffic model), GBps_impl adds the
+//     bytes this implementation moves beyond the minimum, pct_peak_bw =
+//     100*GBps/peak where the peak is the device-to-device copy measured at the
+//     start of the same run, speedup_vs_sequential = t(sequential, same case)/t,
+//     speedup_vs_f32 = t(f32, same case)/t — ratios, never asserted;
+//   * before timing, a correctness disposition (CUTLASS habit): all outputs
+//     finite, and the channels (b, d) = (0, 0) and (B-1, di-1) equal to an f64
+//     host recomputation within a forward error bound (scan_sanity.hpp);
+//     counter verified = 1/0, label "ok" or the first failure;
+//   * a case whose buffers exceed --mem_budget (default 40 %) of the device
+//     memory, or that the scan refuses (ConfigError), is skipped with
+//     SkipWithError and the reason.
+#include <benchmark/benchmark.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_context.hpp"
+#include "bench_flags.hpp"
+#include "config.hpp"
+#include "cuda_check.hpp"
+#include "cuda_util.hpp"
+#include "device_fill.cuh"
+#include "scan.cuh"
+#include "scan_sanity.hpp"
+#include "shard_launcher.hpp"
+#include "storage.hpp"
+
+namespace mc::bench {
+namespace {
+
+constexpr const char* kProgram = "bench_scan";
+
+enum class Op { Fwd, Bwd, FwdBwd };
+const char* op_name(Op o) { return o == Op::Fwd ? "fwd" : (o == Op::Bwd ? "bwd" : "fwdbwd"); }
+bool has_fwd(Op o) { return o != Op::Bwd; }
+bool has_bwd(Op o) { return o != Op::Fwd; }
+
+struct ScanCase {
+  Op op;
+  DType dtype;
+  bool parallel;
+  int64_t T, ds;
+  int group;  // index of the (T, ds) pair: the unit of sharding and of baselines
+  std::string name;
+};
+
+std::string case_key(Op op, DType dt, bool parallel, int64_t T, int64_t ds) {
+  std::ostringstream os;
+  os << "scan_" << op_name(op) << "/" << to_string(dt) << "/"
+     << (parallel ? "parallel" : "sequential") << "/T:" << T << "/ds:" << ds;
+  return os.str();
+}
+
+int elem_bytes(DType d) { return d == DType::F32 ? 4 : 2; }
+
+// ---------------------------------------------------------------------------
+// The case list. Order inside a (T, ds) group: op, then dtype (f32 first), then
+// sequential before parallel, so each case's baselines ran just before it.
+std::vector<ScanCase> make_cases(const BenchFlags& f) {
+  std::vector<int64_t> Ts, dss;
+  std::vector<DType> dts{DType::F32, DType::BF16, DType::F16};
+  if (f.sweep) {
+    Ts = {128, 512, 2048, 8192, 32768};
+    dss = {16, 32, 64, 128, 256};
+  } else if (f.quick) {
+    Ts = {512};
+    dss = {16};
+    dts = {DType::F32, DType::BF16};
+  } else {
+    Ts = {512, 2048};
+    dss = {16, 128};
+  }
+  std::vector<ScanCase> out;
+  int group = 0;
+  for (int64_t T : Ts)
+    for (int64_t ds : dss) {
+      for (Op op : {Op::Fwd, Op::Bwd, Op::FwdBwd})
+        for (DType dt : dts)
+          for (bool par : {false, true}) {
+            if (!par && ds > Limits::kMaxSeqScanDState) continue;  // sequential: ds <= 64
+            out.push_back({op, dt, par, T, ds, group, case_key(op, dt, par, T, ds)});
+          }
+      ++group;
+    }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Bytes a case allocates (checked against the budget before allocating).
+size_t case_alloc_bytes(const ScanCase& c, int64_t B, int64_t di) {
+  const size_t e = size_t(elem_bytes(c.dtype));
+  const size_t BT = size_t(B * c.T), ds = size_t(c.ds), D = size_t(di);
+  size_t n = 3 * BT * D * e          // delta, u, y
+             + 2 * BT * ds * e       // Bm, Cm
+             + 4 * (D * ds + D)      // a_neg, D
+             + 2 * 4 * size_t(B) * D * ds                      // h, h0
+             + 4 * size_t(B) * size_t(c.T + 1) * D * ds;       // h_saved
+  if (has_bwd(c.op)) {
+    kern::ScanShape s{B, c.T, di, c.ds, c.ds};
+    n += 3 * BT * D * e                // dy, d_delta, du
+         + 2 * 4 * BT * ds             // dB, dC
+         + 4 * (D + D * ds)            // dD, dA_log
+         + kern::scan_bwd_scratch_bytes(s);
+  }
+  return n;
+}
+
+size_t case_min_bytes(const ScanCase& c, int64_t B, int64_t di) {
+  kern::ScanShape s{B, c.T, di, c.ds, c.ds};
+  const int e = elem_bytes(c.dtype);
+  size_t n = 0;
+  if (has_fwd(c.op)) n += kern::scan_fwd_min_bytes(s, e, /*save=*/true);
+  if (has_bwd(c.op)) n += kern::scan_bwd_min_bytes(s, e);
+  return n;
+}
+
+size_t case_impl_bytes(const ScanCase& c, int64_t B, int64_t di) {
+  kern::ScanShape s{B, c.T, di, c.ds, c.ds};
+  return case_min_bytes(c, B, di) + (has_bwd(c.op) ? kern::scan_bwd_extra_bytes(s) : 0);
+}
+
+// ---------------------------------------------------------------------------
+// Host views of typed device data (exact upcast of the stored values).
+template <class T>
+float host_to_float(T v);
+template <>
+float host_to_float<float>(float v) {
+  return v;
+}
+template <>
+float host_to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  uint16_t b;
+  std::memcpy(&b, &v, 2);
+  return bf16_bits_to_f32(b);
+}
+template <>
+float host_to_float<__half>(__half v) {
+  uint16_t b;
+  std::memcpy(&b, &v, 2);
+  return f16_bits_to_f32(b);
+}
+
+// src [rows, ld] on the device -> rows values of column `col` (upcast to float).
+template <class T>
+std::vector<float> fetch_column(const T* src, int64_t rows, int64_t ld, int64_t col,
+                                cudaStream_t s) {
+  std::vector<T> raw(static_cast<size_t>(rows));
+  MC_CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), sizeof(T), src + col, size_t(ld) * sizeof(T),
+                                  sizeof(T), size_t(rows), cudaMemcpyDeviceToHost, s),
+                "bench_scan: fetch one channel");
+  MC_CUDA_CHECK(cudaStreamSynchronize(s), "bench_scan: fetch one channel");
+  std::vector<float> out(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) out[i] = host_to_float<T>(raw[i]);
+  return out;
+}
+
+// src [n] contiguous on the device -> n values (upcast to float).
+template <class T>
+std::vector<float> fetch_span(const T* src, int64_t n, cudaStream_t s) {
+  std::vector<T> raw(static_cast<size_t>(n));
+  MC_CUDA_CHECK(cudaMemcpyAsync(raw.data(), src, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost, s),
+                "bench_scan: fetch rows");
+  MC_CUDA_CHECK(cudaStreamSynchronize(s), "bench_scan: fetch rows");
+  std::vector<float> out(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) out[i] = host_to_float<T>(raw[i]);
+  return out;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// ---------------------------------------------------------------------------
+// One case's buffers and launches (kept alive across Google Benchmark's calls
+// of the same case).
+class ScanRun {
+ public:
+  virtual ~ScanRun() = default;
+  virtual void prepare(cudaStream_t s) = 0;  // untimed: reset state / accumulators
+  virtual void launch(cudaStream_t s) = 0;   // timed: the op
+  virtual Disposition verify(cudaStream_t s) = 0;
+  EventTimer timer;
+  Disposition disposition;
+};
+
+template <class T>
+class TypedScanRun final : public ScanRun {
+ public:
+  TypedScanRun(const ScanCase& c, int64_t B, int64_t di, cudaStream_t s)
+      : c_(c), shape_{B, c.T, di, c.ds, c.ds} {
+    const int64_t BT = B * c.T, ds = c.ds;
+    const size_t e = sizeof(T);
+    delta_ = DeviceBuffer(size_t(BT * di) * e, "delta [B,T,di]");
+    u_ = DeviceBuffer(size_t(BT * di) * e, "u [B,T,di]");
+    y_ = DeviceBuffer(size_t(BT * di) * e, "y [B,T,di]");
+    Bm_ = DeviceBuffer(size_t(BT * ds) * e, "Bm [B*T,ds]");
+    Cm_ = DeviceBuffer(size_t(BT * ds) * e, "Cm [B*T,ds]");
+    a_neg_ = DeviceBuffer(size_t(di * ds) * 4, "a_neg [di,ds]");
+    D_ = DeviceBuffer(size_t(di) * 4, "D [di]");
+    h_ = DeviceBuffer(size_t(B * di * ds) * 4, "h [B,di,ds]");
+    h0_ = DeviceBuffer(size_t(B * di * ds) * 4, "h0 [B,di,ds]");
+    h_saved_ = DeviceBuffer(size_t(B * (c.T + 1) * di * ds) * 4, "h_saved [B,T+1,di,ds]");
+    if (has_bwd(c.op)) {
+      dy_ = DeviceBuffer(size_t(BT * di) * e, "dy [B,T,di]");
+      d_delta_ = DeviceBuffer(size_t(BT * di) * e, "d_delta [B,T,di]");
+      du_ = DeviceBuffer(size_t(BT * di) * e, "du [B,T,di]");
+      dB_ = DeviceBuffer(size_t(BT * ds) * 4, "dB [B*T,ds]");
+      dC_ = DeviceBuffer(size_t(BT * ds) * 4, "dC [B*T,ds]");
+      dD_ = DeviceBuffer(size_t(di) * 4, "dD [di]");
+      dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
+      scratch_ = DeviceBuffer(kern::scan_bwd_scratch_bytes(shape_), "scan backward scratch");
+    }
+    fill_inputs(s);
+  }
+
+  void prepare(cudaStream_t s) override {
+    if (has_fwd(c_.op))
+      MC_CUDA_CHECK(cudaMemcpyAsync(h_.get(), h0_.get(), h_.bytes(), cudaMemcpyDeviceToDevice, s),
+                    "bench_scan: reset h");
+    if (has_bwd(c_.op)) {
+      MC_CUDA_CHECK(cudaMemsetAsync(dD_.get(), 0, dD_.bytes(), s), "bench_scan: zero dD");
+      MC_CUDA_CHECK(cudaMemsetAsync(dA_log_.get(), 0, dA_log_.bytes(), s),
+                    "bench_scan: zero dA_log");
+    }
+  }
+
+  void launch(cudaStream_t s) override {
+    if (has_fwd(c_.op)) run_fwd(s);
+    if (has_bwd(c_.op)) run_bwd(s);
+  }
+
+  // Runs the forward (and the backward) once from h0 and screens the outputs.
+  Disposition verify(cudaStream_t s) override {
+    prepare(s);  // (a bwd-only case needs the forward too, for h_saved)
+    MC_CUDA_CHECK(cudaMemcpyAsync(h_.get(), h0_.get(), h_.bytes(), cudaMemcpyDeviceToDevice, s),
+                  "bench_scan: reset h");
+    run_fwd(s);
+    if (has_bwd(c_.op)) run_bwd(s);
+    MC_CUDA_CHECK(cudaStreamSynchronize(s), "bench_scan: verification run");
+    Disposition d;
+    check_finite(d, "y", y_.as<T>(), y_.bytes() / sizeof(T), s);
+    check_finite(d, "h_final", h_.as<float>(), h_.bytes() / 4, s);
+    check_finite(d, "h_saved", h_saved_.as<float>(), h_saved_.bytes() / 4, s);
+    if (has_bwd(c_.op)) {
+      check_finite(d, "d_delta", d_delta_.as<T>(), d_delta_.bytes() / sizeof(T), s);
+      check_finite(d, "du", du_.as<T>(), du_.bytes() / sizeof(T), s);
+      check_finite(d, "dB", dB_.as<float>(), dB_.bytes() / 4, s);
+      check_finite(d, "dC", dC_.as<float>(), dC_.bytes() / 4, s);
+      check_finite(d, "dD", dD_.as<float>(), dD_.bytes() / 4, s);
+      check_finite(d, "dA_log", dA_log_.as<float>(), dA_log_.bytes() / 4, s);
+    }
+    check_channel(d, 0, 0, s);
+    check_channel(d, shape_.B - 1, shape_.di - 1, s);
+    return d;
+  }
+
+ private:
+  void run_fwd(cudaStream_t s) {
+    kern::scan_fwd<T>(c_.parallel, shape_, delta_.as<T>(), u_.as<T>(), Bm_.as<T>(), Cm_.as<T>(),
+                      a_neg_.as<float>(), D_.as<float>(), h_.as<float>(), h_saved_.as<float>(),
+                      y_.as<T>(), s);
+  }
+
+  void run_bwd(cudaStream_t s) {
+    kern::scan_bwd<T>(c_.parallel, shape_, delta_.as<T>(), u_.as<T>(), Bm_.as<T>(), Cm_.as<T>(),
+                      a_neg_.as<float>(), D_.as<float>(), h_saved_.as<float>(), dy_.as<T>(),
+                      d_delta_.as<T>(), du_.as<T>(), dB_.as<float>(), dC_.as<float>(),
+                      dD_.as<float>(), dA_log_.as<float>(), /*dh0=*/nullptr, scratch_.get(), s);
+  }
+
+  // Inputs: Δ log-uniform in [1e-3, 0.1] (softplus of the spec's dt bias
+  // init), u, B, C, dy uniform in [-1, 1], h0 uniform in [-0.5, 0.5],
+  // A = a_neg[d, n] = -(n+1) (A_log = ln(n+1), spec §1.4), D = 1.
+  void fill_inputs(cudaStream_t s) {
+    const int64_t BT = shape_.B * shape_.T, di = shape_.di, ds = shape_.ds;
+    fill_log_uniform<T>(delta_.as<T>(), BT * di, 1e-3f, 1e-1f, 0x5eed0001ULL, s);
+    fill_uniform<T>(u_.as<T>(), BT * di, -1.f, 1.f, 0x5eed0002ULL, s);
+    fill_uniform<T>(Bm_.as<T>(), BT * ds, -1.f, 1.f, 0x5eed0003ULL, s);
+    fill_uniform<T>(Cm_.as<T>(), BT * ds, -1.f, 1.f, 0x5eed0004ULL, s);
+    fill_uniform<float>(h0_.as<float>(), shape_.B * di * ds, -0.5f, 0.5f, 0x5eed0005ULL, s);
+    if (has_bwd(c_.op)) fill_uniform<T>(dy_.as<T>(), BT * di, -1.f, 1.f, 0x5eed0006ULL, s);
+    a_host_.resize(size_t(di * ds));
+    for (int64_t d = 0; d < di; ++d)
+      for (int64_t n = 0; n < ds; ++n) a_host_[size_t(d * ds + n)] = -float(n + 1);
+    D_host_.assign(size_t(di), 1.0f);
+    MC_CUDA_CHECK(cudaMemcpyAsync(a_neg_.get(), a_host_.data(), a_neg_.bytes(),
+                                  cudaMemcpyHostToDevice, s),
+                  "bench_scan: upload a_neg");
+    MC_CUDA_CHECK(cudaMemcpyAsync(D_.get(), D_host_.data(), D_.bytes(), cudaMemcpyHostToDevice, s),
+                  "bench_scan: upload D");
+    MC_CUDA_CHECK(cudaStreamSynchronize(s), "bench_scan: input generation");
+  }
+
+  template <class V>
+  void check_finite(Disposition& d, const char* what, const V* p, size_t n, cudaStream_t s) {
+    const int64_t bad = count_nonfinite<V>(p, int64_t(n), s);
+    if (bad != 0) {
+      if (d.ok) d.detail = std::string(what) + ": " + std::to_string(bad) + " non-finite values";
+      d.ok = false;
+    }
+  }
+
+  // Channel (b, d): inputs read back from the device, f64 recomputation with
+  // error bounds, comparison of y (and du, d_delta).
+  void check_channel(Disposition& disp, int64_t b, int64_t d, cudaStream_t s) {
+    const int64_t len = shape_.T, di = shape_.di, ds = shape_.ds;
+    const int64_t row0 = b * len;  // first row of sample b in [B*T, ...] tensors
+    ChannelInputs in;
+    in.T = len;
+    in.ds = ds;
+    in.delta = to_double(fetch_column<T>(delta_.as<T>() + row0 * di, len, di, d, s));
+    in.u = to_double(fetch_column<T>(u_.as<T>() + row0 * di, len, di, d, s));
+    in.Bm = to_double(fetch_span<T>(Bm_.as<T>() + row0 * ds, len * ds, s));
+    in.Cm = to_double(fetch_span<T>(Cm_.as<T>() + row0 * ds, len * ds, s));
+    in.h0 = to_double(fetch_span<float>(h0_.as<float>() + (b * di + d) * ds, ds, s));
+    in.a.assign(a_host_.begin() + d * ds, a_host_.begin() + (d + 1) * ds);
+    in.D = D_host_[size_t(d)];
+    in.composition_depth = c_.parallel ? parallel_composition_depth(len) : 0;
+    if (has_bwd(c_.op)) in.dy = to_double(fetch_column<T>(dy_.as<T>() + row0 * di, len, di, d, s));
+    const ChannelResult r = channel_reference(in, has_bwd(c_.op));
+    const std::string at = "(b=" + std::to_string(b) + ",d=" + std::to_string(d) + ")";
+    compare_channel(disp, "y" + at, fetch_column<T>(y_.as<T>() + row0 * di, len, di, d, s), r.y,
+                    r.y_bound, c_.dtype);
+    if (has_bwd(c_.op)) {
+      compare_channel(disp, "du" + at, fetch_column<T>(du_.as<T>() + row0 * di, len, di, d, s),
+                      r.du, r.du_bound, c_.dtype);
+      compare_channel(disp, "d_delta" + at,
+                      fetch_column<T>(d_delta_.as<T>() + row0 * di, len, di, d, s), r.d_delta,
+                      r.d_delta_bound, c_.dtype);
+    }
+  }
+
+  ScanCase c_;
+  kern::ScanShape shape_;
+  DeviceBuffer delta_, u_, y_, Bm_, Cm_, a_neg_, D_, h_, h0_, h_saved_;
+  DeviceBuffer dy_, d_delta_, du_, dB_, dC_, dD_, dA_log_, scratch_;
+  std::vector<float> a_host_, D_host_;
+};
+
+std::unique_ptr<ScanRun> make_run(const ScanCase& c, int64_t B, int64_t di, cudaStream_t s) {
+  switch (c.dtype) {
+    case DType::F32: return std::make_unique<TypedScanRun<float>>(c, B, di, s);
+    case DType::BF16: return std::make_unique<TypedScanRun<__nv_bfloat16>>(c, B, di, s);
+    case DType::F16: return std::make_unique<TypedScanRun<__half>>(c, B, di, s);
+  }
+  throw ConfigError("bench_scan: unknown dtype");
+}
+
+// ---------------------------------------------------------------------------
+// The run's shared state.
+struct ScanBench {
+  BenchFlags flags;
+  BenchDevice dev;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<L2Scrubber> scrub;
+  int64_t B = 4, di = 1536;
+  size_t budget_bytes = 0;
+  double budget_frac = 0.4;
+  int n_cases = 0;
+  std::map<std::string, double> seconds;  // case name -> s/iteration (baselines)
+  int active = -1;                        // index of the case whose buffers are alive
+  std::unique_ptr<ScanRun> run;
+  std::string run_error;
+};
+
+ScanBench* g_bench = nullptr;
+
+std::string gib(size_t b) {
+  std::ostringstream os;
+  os.precision(3);
+  os << double(b) / double(size_t(1) << 30) << " GiB";
+  return os.str();
+}
+
+// Frees the previous case, then allocates, verifies and warms up case i.
+void activate(ScanBench& g, const ScanCase& c, int i) {
+  g.run.reset();
+  g.run_error.clear();
+  g.active = i;
+  progress(g.flags, i + 1, g.n_cases, c.name);
+  try {
+    kern::check_scan_shape(kern::ScanShape{g.B, c.T, g.di, c.ds, c.ds}, c.parallel);
+    const size_t need = case_alloc_bytes(c, g.B, g.di);
+    size_t free_b = 0, total_b = 0;
+    device_memory(&free_b, &total_b);
+    if (need > g.budget_bytes) {
+      g.run_error = "skipped: needs " + gib(need) + " of device memory > budget " +
+                    gib(g.budget_bytes) + " (--mem_budget fraction of the device)";
+      return;
+    }
+    if (need > free_b) {
+      g.run_error = "skipped: needs " + gib(need) + ", only " + gib(free_b) + " free";
+      return;
+    }
+    auto run = make_run(c, g.B, g.di, g.stream);
+    run->disposition = run->verify(g.stream);
+    if (!run->disposition.ok)
+      std::fprintf(stderr, "%s: WARNING %s: verification failed: %s\n", kProgram, c.name.c_str(),
+                   run->disposition.detail.c_str());
+    run->prepare(g.stream);  // warm-up launch
+    run->launch(g.stream);
+    MC_CUDA_CHECK(cudaStreamSynchronize(g.stream), "bench_scan: warm-up");
+    g.run = std::move(run);
+  } catch (const std::exception& e) {
+    g.run.reset();
+    g.run_error = std::string("error: ") + e.what();
+    std::fprintf(stderr, "%s: %s: %s\n", kProgram, c.name.c_str(), g.run_error.c_str());
+  }
+}
+
+void set_counters(benchmark::State& st, const ScanBench& g, const ScanCase& c, double t) {
+  using benchmark::Counter;
+  const double BT = double(g.B * c.T);
+  const double min_b = double(case_min_bytes(c, g.B, g.di));
+  const double impl_b = double(case_impl_bytes(c, g.B, g.di));
+  const double gbps = min_b / t / 1e9;
+  st.counters["tokens_per_s"] = Counter(BT / t);
+  st.counters["state_updates_per_s"] = Counter(BT * double(g.di * c.ds) / t);
+  st.counters["GBps"] = Counter(gbps);
+  st.counters["GBps_impl"] = Counter(impl_b / t / 1e9);
+  st.counters["bytes_min"] = Counter(min_b);
+  st.counters["pct_peak_bw"] = Counter(g.dev.copy.best_gbps > 0 ? 100.0 * gbps / g.dev.copy.best_gbps : 0);
+  if (c.parallel && c.ds <= Limits::kMaxSeqScanDState) {
+    auto it = g.seconds.find(case_key(c.op, c.dtype, false, c.T, c.ds));
+    if (it != g.seconds.end()) st.counters["speedup_vs_sequential"] = Counter(it->second / t);
+  }
+  if (c.dtype != DType::F32) {
+    auto it = g.seconds.find(case_key(c.op, DType::F32, c.parallel, c.T, c.ds));
+    if (it != g.seconds.end()) st.counters["speedup_vs_f32"] = Counter(it->second / t);
+  }
+  st.counters["verified"] = Counter(g.run->disposition.ok ? 1.0 : 0.0);
+  st.counters["verify_worst"] = Counter(g.run->disposition.worst);
+}
+
+void run_case(benchmark::State& st, const ScanCase& c, int index) {
+  ScanBench& g = *g_bench;
+  if (g.active != index) activate(g, c, index);
+  if (!g.run) {
+    st.SkipWithError(g.run_error.c_str());
+    return;
+  }
+  ScanRun& run = *g.run;
+  double total = 0;
+  try {
+    for (auto _ : st) {
+      run.prepare(g.stream);
+      g.scrub->scrub(g.stream);
+      run.timer.start(g.stream);
+      run.launch(g.stream);
+      run.timer.stop(g.stream);
+      const double s = run.timer.seconds();
+      st.SetIterationTime(s);
+      total += s;
+    }
+  } catch (const std::exception& e) {
+    g.run_error = std::string("error while timing: ") + e.what();
+    g.run.reset();
+    st.SkipWithError(g.run_error.c_str());
+    return;
+  }
+  if (st.iterations() == 0 || total <= 0) return;
+  const double t = total / double(st.iterations());
+  g.seconds[c.name] = t;
+  set_counters(st, g, c, t);
+  st.SetLabel(run.disposition.ok ? "ok" : "INCORRECT: " + run.disposition.detail);
+}
+
+// ---------------------------------------------------------------------------
+const char* kBytesFormula =
+    "e = element bytes (4 f32, 2 bf16/f16), BT = B*T, S = B*di*ds. "
+    "fwd (training forward, h_saved written): 2*BT*di*e (read delta,u) + 2*BT*ds*e (read B,C) "
+    "+ 4*(di*ds+di) (a_neg,D) + 4*S (read h0) + BT*di*e (write y) + 4*S (write h) "
+    "+ 4*B*(T+1)*di*ds (write h_saved). "
+    "bwd: 3*BT*di*e (read delta,u,dy) + 2*BT*ds*e (read B,C) + 4*(di*ds+di) (a_neg,D) "
+    "+ 4*B*(T+1)*di*ds (read h_saved) + 2*BT*di*e (write d_delta,du) + 8*BT*ds (write dB,dC f32) "
+    "+ 8*(di+di*ds) (r+w dD,dA_log). fwdbwd = fwd + bwd. "
+    "GBps = bytes_min/t; GBps_impl also counts kern::scan_bwd_extra_bytes (per-(b,t,d,n) "
+    "dB/dC partials written and read back in f32). Source: kernels/scan.cuh traffic model.";
+
+std::string help_text;
+void print_help() {
+  benchmark::PrintDefaultHelp();
+  std::fputs(help_text.c_str(), stdout);
+}
+
+int main_impl(int argc, char** argv) {
+  ArgvRewrite rw(argc, argv);
+  help_text = common_flags_help() +
+              "  --batch=B          batch size of every case (default 4)\n"
+              "  --d_inner=DI       channels of every case (default 1536, mamba-130m)\n"
+              "  --mem_budget=F     skip cases needing more than F x device memory (0.4)\n";
+  benchmark::Initialize(rw.argc(), rw.argv(), print_help);
+  ScanBench g;
+  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"batch", "d_inner", "mem_budget"});
+  g.B = g.flags.get_int("batch", 4, 1, Limits::kMaxBatch);
+  g.di = g.flags.get_int("d_inner", 1536, 1, Limits::kMaxDInner);
+  g.budget_frac = g.flags.get_double("mem_budget", 0.4, 0.01, 0.95);
+
+  if (const int rc = check_gpu_or_explain(kProgram)) return rc;
+  if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
+    return run_device_shards(g.flags, kProgram);
+
+  MC_CUDA_CHECK(cudaSetDevice(g.flags.device), "bench_scan: select device");
+  MC_CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking),
+                "bench_scan: create stream");
+  g.dev = open_bench_device(g.flags, g.stream);
+  g.scrub = std::make_unique<L2Scrubber>(g.flags.device);
+  g.budget_bytes = size_t(g.budget_frac * double(g.dev.total_mem));
+  g_bench = &g;
+
+  add_common_context(g.dev, g.flags, kProgram,
+                     "cudaEventRecord on the benchmark stream around the scan launch(es) only "
+                     "(UseManualTime); 1 warm-up launch per case; before every timed iteration, "
+                     "untimed: h <- h0, dD/dA_log zeroed, L2 scrub");
+  using benchmark::AddCustomContext;
+  AddCustomContext("scan_B", std::to_string(g.B));
+  AddCustomContext("scan_d_inner", std::to_string(g.di));
+  AddCustomContext("scan_dtypes", "f32,bf16,f16 (storage of delta,u,B,C,y,dy,d_delta,du; "
+                                  "state, h_saved, dB/dC/dD/dA_log always f32)");
+  AddCustomContext("scan_modes", "sequential (d_state <= 64 only), parallel");
+  AddCustomContext("scan_fwd_variant", "training forward: h_saved [B,T+1,di,ds] written");
+  AddCustomContext("l2_policy", g.scrub->policy());
+  AddCustomContext("bytes_formula", kBytesFormula);
+  AddCustomContext("state_updates_formula", "B*T*di*ds per iteration (per op; fwdbwd counts once)");
+  AddCustomContext("baselines",
+                   "speedup_vs_sequential = t(sequential scan, same op/dtype/T/ds, this run)/t; "
+                   "speedup_vs_f32 = t(f32 storage, same op/mode/T/ds, this run)/t; "
+                   "pct_peak_bw = 100*GBps/peak_copy_GBps");
+  AddCustomContext("inputs", "delta log-uniform [1e-3,0.1]; u,B,C,dy uniform [-1,1]; "
+                             "h0 uniform [-0.5,0.5]; A[d,n] = -(n+1); D = 1");
+  AddCustomContext("verify_method",
+                   "outputs finite + channels (0,0) and (B-1,di-1) vs f64 host recomputation "
+                   "within a first-order f32 error bound + 1 ulp of the output dtype "
+                   "(bench/scan_sanity.hpp); verified = 1/0");
+  AddCustomContext("mem_budget_bytes", std::to_string(g.budget_bytes));
+
+  const std::vector<ScanCase> all = make_cases(g.flags);
+  std::vector<ScanCase> mine;
+  for (const auto& c : all)
+    if (c.group % g.flags.shard_count == g.flags.shard_index) mine.push_back(c);
+  g.n_cases = int(mine.size());
+  const double min_time = g.flags.quick ? 0.02 : (g.flags.sweep ? 0.1 : 0.2);
+  for (int i = 0; i < int(mine.size()); ++i) {
+    const ScanCase c = mine[size_t(i)];
+    auto* b = benchmark::RegisterBenchmark(c.name.c_str(), [c, i](benchmark::State& st) {
+      run_case(st, c, i);
+    });
+    b->UseManualTime()->Unit(benchmark::kMicrosecond);
+    if (!g.flags.user_min_time) b->MinTime(min_time);
+  }
+  std::fprintf(stderr, "%s: %d cases on device %d (%s), B=%lld d_inner=%lld, peak copy %.1f GB/s\n",
+               kProgram, g.n_cases, g.flags.device, g.dev.info.name.c_str(), (long long)g.B,
+               (long long)g.di, g.dev.copy.best_gbps);
+  benchmark::RunSpecifiedBenchmarks();
+  g.run.reset();
+  benchmark::Shutdown();
+  g_bench = nullptr;
+  MC_CUDA_CHECK(cudaStreamDestroy(g.stream), "bench_scan: destroy stream");
+  return 0;
+}
+
+}  // namespace
+}  // namespace mc::bench
+
+int main(int argc, char** argv) {
+  try {
+    return mc::bench::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_scan: error: %s\n", e.what());
+    return 1;
+  }
+}
