@@ -1,0 +1,705 @@
+#!/usr/bin/python3
+"""generate.py — precision.md, determinism.md and performance.md (+ PNG plots)
+from the JSON of the benchmarks (Google Benchmark output of bench_scan and
+bench_train_step) and of the validation suites (schema in reports/README.md).
+
+Every number in the reports comes from the input files; a report whose input
+is missing says "not measured". Invalid input (bad JSON, a row without a
+required field) is an error naming the file and the field (exit code 2).
+
+Usage:
+  /usr/bin/python3 reports/generate.py --bench B.json ... --validation V.json ... --out DIR
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+VALIDATION_SCHEMA = "mambacheck-validation/1"
+
+# Context keys shown first (benchmark and validation files use the same names).
+CONTEXT_KEYS = [
+    ("gpu_name", "GPU"),
+    ("gpu_index", "device index"),
+    ("gpu_cc", "compute capability"),
+    ("gpu_sm_count", "SM count"),
+    ("gpu_sm_clock_khz", "SM clock (kHz)"),
+    ("gpu_mem_clock_khz", "memory clock (kHz)"),
+    ("gpu_mem_bus_width_bits", "memory bus (bits)"),
+    ("gpu_total_mem_bytes", "device memory (bytes)"),
+    ("gpu_l2_bytes", "L2 (bytes)"),
+    ("cuda_driver", "CUDA driver"),
+    ("cuda_runtime", "CUDA runtime"),
+    ("cublas_version", "cuBLAS"),
+    ("git_sha", "git sha"),
+    ("git_tree", "git tree"),
+    ("build_flags", "build flags"),
+]
+
+# What a bitwise-reproducibility claim depends on (determinism.md).
+BITWISE_DEPENDS_ON = [
+    "the GPU model and its SM count (launch geometry and cuBLAS kernel choice follow them)",
+    "the driver, CUDA runtime and cuBLAS versions (cuBLAS may pick other kernels in another "
+    "version: no stability across versions is claimed)",
+    "the git sha and build flags (architecture list, no fast-math)",
+    "the route: storage dtype, scan mode (sequential and parallel scans round differently) "
+    "and GEMM math (f32 / TF32)",
+    "the problem shape (B, T, d_model, d_state, ...): launch geometry is a pure function of the "
+    "shape, but reductions are not batch-invariant — a different B or T gives other bits",
+    "for CPU results, the OpenMP thread count where a reduction depends on it",
+]
+
+
+class InputError(Exception):
+    """Invalid input file; the message names the file and the field."""
+
+
+# ----------------------------------------------------------------------------
+# Small helpers
+
+def num(v):
+    """JSON number or numeric string (incl. 'inf', 'nan') -> float; None stays None."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def truth(v, path, where):
+    """JSON bool (or 'true'/'false', 0/1) -> bool; anything else is an input error."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise InputError(f"{path}: {where}: expected true/false, got {v!r}")
+
+
+def fmt(v, digits=3):
+    """Compact number formatting for tables."""
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a >= 1e5 or a < 1e-3:
+        return f"{v:.{digits - 1}e}"
+    if a >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
+
+
+def si(v, unit=""):
+    """1.23e9 -> '1.23 G<unit>'."""
+    if v is None:
+        return "—"
+    for scale, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {p}{unit}"
+    return f"{v:.3g} {unit}".rstrip()
+
+
+def md_table(headers, rows):
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for r in rows:
+        cells = [str(c).replace("|", "\\|").replace("\n", " ") for c in r]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def load_json(path):
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e}")
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON: {e}")
+
+
+def require(obj, field, path, where):
+    if not isinstance(obj, dict) or field not in obj:
+        raise InputError(f"{path}: {where}: missing required field '{field}'")
+    return obj[field]
+
+
+def context_section(contexts, title="Context"):
+    """contexts: list of (label, dict). Known keys first, then the rest verbatim."""
+    lines = [f"## {title}", ""]
+    if not contexts:
+        lines.append("No context recorded.")
+        return "\n".join(lines)
+    for label, ctx in contexts:
+        lines.append(f"**{label}**")
+        lines.append("")
+        rows = []
+        for k, name in CONTEXT_KEYS:
+            rows.append((name, ctx.get(k, "not recorded")))
+        known = {k for k, _ in CONTEXT_KEYS}
+        for k in sorted(ctx):
+            if k not in known and not isinstance(ctx[k], (list, dict)):
+                rows.append((k, ctx[k]))
+        lines.append(md_table(["key", "value"], rows))
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------
+# Benchmark JSON
+
+SCAN_NAME = re.compile(r"^scan_(fwd|bwd|fwdbwd)/(f32|bf16|f16)/(sequential|parallel)/T:(\d+)/ds:(\d+)$")
+STEP_NAME = re.compile(
+    r"^train_step/([^/]+)/dm:(\d+)/L:(\d+)/B:(\d+)/T:(\d+)/(f32|bf16|f16)/gemm:(\w+)$")
+TIME_UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def pick_rows(benchmarks, path):
+    """One row per benchmark name: the 'median' aggregate when repetitions ran,
+    else the median of the iteration rows; error rows kept as they are."""
+    by_name = {}
+    for i, b in enumerate(benchmarks):
+        name = require(b, "name", path, f"benchmarks[{i}]")
+        run_name = b.get("run_name", name)
+        by_name.setdefault(run_name, []).append(b)
+    out = []
+    for run_name, rows in by_name.items():
+        errors = [r for r in rows if r.get("error_occurred")]
+        if errors:
+            out.append(dict(errors[0], name=run_name))
+            continue
+        med = [r for r in rows if r.get("run_type") == "aggregate" and r.get("aggregate_name") == "median"]
+        if med:
+            out.append(dict(med[0], name=run_name))
+            continue
+        its = [r for r in rows if r.get("run_type", "iteration") == "iteration"]
+        if not its:
+            continue
+        if len(its) == 1:
+            out.append(dict(its[0], name=run_name))
+            continue
+        # several iteration rows (repetitions without aggregates): median per numeric field
+        merged = dict(its[0], name=run_name)
+        for k, v in its[0].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                vals = [num(r.get(k)) for r in its if num(r.get(k)) is not None]
+                if vals:
+                    merged[k] = statistics.median(vals)
+        out.append(merged)
+    return out
+
+
+def seconds_of(row):
+    t = num(row.get("real_time"))
+    unit = row.get("time_unit", "ns")
+    if t is None or unit not in TIME_UNIT_S:
+        return None
+    return t * TIME_UNIT_S[unit]
+
+
+def load_bench(paths):
+    """-> (contexts, scan_rows, step_rows, other_names)."""
+    contexts, scan, step, other = [], [], [], []
+    for path in paths:
+        data = load_json(path)
+        ctx = require(data, "context", path, "top level")
+        benchmarks = require(data, "benchmarks", path, "top level")
+        if not isinstance(benchmarks, list):
+            raise InputError(f"{path}: 'benchmarks' is not a list")
+        dev = f"{ctx.get('gpu_index', '?')}: {ctx.get('gpu_name', 'unknown GPU')}"
+        prog = ctx.get("mc_program", os.path.basename(path))
+        contexts.append((f"{prog} — {os.path.basename(path)} (device {dev})", ctx))
+        for b in pick_rows(benchmarks, path):
+            name = b["name"]
+            base = {
+                "device": dev,
+                "file": os.path.basename(path),
+                "seconds": seconds_of(b),
+                "error": b.get("error_message") if b.get("error_occurred") else None,
+                "label": b.get("label", ""),
+                "peak": num(ctx.get("peak_copy_GBps")),
+                "raw": b,
+            }
+            m = SCAN_NAME.match(name)
+            if m:
+                base.update(op=m.group(1), dtype=m.group(2), mode=m.group(3),
+                            T=int(m.group(4)), ds=int(m.group(5)))
+                for k in ("tokens_per_s", "state_updates_per_s", "GBps", "GBps_impl", "bytes_min",
+                          "pct_peak_bw", "speedup_vs_sequential", "speedup_vs_f32", "verified",
+                          "verify_worst"):
+                    base[k] = num(b.get(k))
+                scan.append(base)
+                continue
+            m = STEP_NAME.match(name)
+            if m:
+                base.update(model=m.group(1), dm=int(m.group(2)), L=int(m.group(3)),
+                            B=int(m.group(4)), T=int(m.group(5)), dtype=m.group(6),
+                            gemm=m.group(7))
+                for k in ("tokens_per_s", "TFLOPs", "flops_per_step", "flops_gemm", "flops_scan",
+                          "model_bytes", "mem_used_bytes", "parallel_scan", "verified"):
+                    base[k] = num(b.get(k))
+                step.append(base)
+                continue
+            other.append(name)
+    return contexts, scan, step, other
+
+
+# ----------------------------------------------------------------------------
+# Validation JSON
+
+PREC_REQUIRED = ["dtype", "shape", "tensor", "k", "k_limit", "max_abs", "max_rel", "nmse",
+                 "max_ulp", "pass"]
+DET_REQUIRED = ["test", "dtype", "scan", "runs", "hash", "identical", "first_diff_index", "ulp"]
+
+
+def load_validation(paths):
+    """-> (contexts, precision_rows or None, determinism_rows or None)."""
+    contexts, prec, det = [], None, None
+    for path in paths:
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: top level is not an object")
+        schema = data.get("schema", VALIDATION_SCHEMA)
+        if schema != VALIDATION_SCHEMA:
+            raise InputError(f"{path}: schema '{schema}' is not '{VALIDATION_SCHEMA}'")
+        ctx = data.get("context", {})
+        if not isinstance(ctx, dict):
+            raise InputError(f"{path}: 'context' is not an object")
+        contexts.append((os.path.basename(path), ctx))
+        if "precision" in data:
+            prec = prec or []
+            for i, r in enumerate(data["precision"]):
+                for f in PREC_REQUIRED:
+                    require(r, f, path, f"precision[{i}]")
+                prec.append(dict(r, file=os.path.basename(path),
+                                 **{"pass": truth(r["pass"], path, f"precision[{i}].pass")}))
+        if "determinism" in data:
+            det = det or []
+            for i, r in enumerate(data["determinism"]):
+                for f in DET_REQUIRED:
+                    require(r, f, path, f"determinism[{i}]")
+                fixed = {"identical": truth(r["identical"], path, f"determinism[{i}].identical")}
+                if "expected_identical" in r:
+                    fixed["expected_identical"] = truth(r["expected_identical"], path,
+                                                        f"determinism[{i}].expected_identical")
+                det.append(dict(r, file=os.path.basename(path), **fixed))
+    return contexts, prec, det
+
+
+# ----------------------------------------------------------------------------
+# Plots (matplotlib optional)
+
+def get_pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except Exception:  # noqa: BLE001 — any import problem means "no plots"
+        return None
+
+
+OPS = ["fwd", "bwd", "fwdbwd"]
+DTYPES = ["f32", "bf16", "f16"]
+
+
+def plot_scan(plt, rows, metric, ylabel, path, logy):
+    ok = [r for r in rows if r["error"] is None and r.get(metric) is not None]
+    if not ok:
+        return False
+    ops = [o for o in OPS if any(r["op"] == o for r in ok)]
+    dts = [d for d in DTYPES if any(r["dtype"] == d for r in ok)]
+    dss = sorted({r["ds"] for r in ok})
+    devices = sorted({r["device"] for r in ok})
+    cmap = plt.get_cmap("viridis")
+    fig, axes = plt.subplots(len(ops), len(dts), figsize=(4.2 * len(dts), 3.2 * len(ops)),
+                             squeeze=False, sharex=True)
+    for i, op in enumerate(ops):
+        for j, dt in enumerate(dts):
+            ax = axes[i][j]
+            for k, ds in enumerate(dss):
+                color = cmap(k / max(1, len(dss) - 1))
+                for mode, style in (("parallel", "-"), ("sequential", "--")):
+                    for dev in devices:
+                        pts = sorted((r["T"], r[metric], r.get("verified")) for r in ok
+                                     if r["op"] == op and r["dtype"] == dt and r["ds"] == ds
+                                     and r["mode"] == mode and r["device"] == dev)
+                        if not pts:
+                            continue
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color,
+                                marker="o", markersize=3,
+                                label=f"ds={ds} {mode[:3]}" if dev == devices[0] else None)
+                        bad = [p for p in pts if p[2] is not None and p[2] < 1]
+                        if bad:
+                            ax.plot([p[0] for p in bad], [p[1] for p in bad], "x", color="red",
+                                    markersize=9, mew=2)
+            ax.set_xscale("log", base=2)
+            if logy:
+                ax.set_yscale("log")
+            ax.set_title(f"{op} / {dt}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            if i == len(ops) - 1:
+                ax.set_xlabel("T")
+            if j == 0:
+                ax.set_ylabel(ylabel)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7)
+    fig.suptitle(f"bench_scan: {ylabel} (solid parallel, dashed sequential, red x = unverified)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_steps(plt, rows, path):
+    ok = [r for r in rows if r["error"] is None and r.get("TFLOPs") is not None]
+    if not ok:
+        return False
+    ok = sorted(ok, key=lambda r: (r["dm"], r["L"], r["T"], r["dtype"]))
+    labels = [f"dm{r['dm']} L{r['L']} T{r['T']} {r['dtype']}" for r in ok]
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(ok)), 4))
+    colors = ["tab:blue" if r["dtype"] == "f32" else "tab:orange" for r in ok]
+    ax.bar(range(len(ok)), [r["TFLOPs"] for r in ok], color=colors)
+    ax.set_xticks(range(len(ok)))
+    ax.set_xticklabels(labels, rotation=70, fontsize=7)
+    ax.set_ylabel("TFLOP/s (flop model in performance.md)")
+    ax.set_title("bench_train_step: forward + backward", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_k(plt, rows, path):
+    pts = [r for r in rows if num(r["k"]) is not None]
+    if not pts:
+        return False
+    dts = [d for d in DTYPES if any(r["dtype"] == d for r in pts)] + sorted(
+        {r["dtype"] for r in pts} - set(DTYPES))
+    tensors = sorted({r["tensor"] for r in pts})
+    worst = {}
+    limits = {}
+    for r in pts:
+        k = num(r["k"])
+        key = (r["tensor"], r["dtype"])
+        worst[key] = max(worst.get(key, -1.0), k)
+        limits[r["dtype"]] = max(limits.get(r["dtype"], 0.0), num(r["k_limit"]) or 0.0)
+    fig, ax = plt.subplots(figsize=(8, max(3, 0.28 * len(tensors) * max(1, len(dts)) / 1.5)))
+    h = 0.8 / max(1, len(dts))
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    finite_max = max([v for v in worst.values() if math.isfinite(v)] + list(limits.values()) + [1.0])
+    for j, dt in enumerate(dts):
+        ys, ks = [], []
+        for i, t in enumerate(tensors):
+            if (t, dt) in worst:
+                ys.append(i + (j - (len(dts) - 1) / 2) * h)
+                k = worst[(t, dt)]
+                ks.append(k if math.isfinite(k) else 1.5 * finite_max)
+        ax.barh(ys, ks, height=h, color=colors[j % len(colors)], label=f"{dt} (k_limit {fmt(limits[dt])})")
+        for i, t in enumerate(tensors):
+            if (t, dt) in worst and not math.isfinite(worst[(t, dt)]):
+                ax.text(1.5 * finite_max, i + (j - (len(dts) - 1) / 2) * h, " inf",
+                        va="center", fontsize=7)
+        ax.axvline(limits[dt], color=colors[j % len(colors)], linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(tensors)))
+    ax.set_yticklabels(tensors, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("k = max|K-O| / max|P-O|  (worst over shapes; dashed: k_limit; inf drawn past the axis)")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ----------------------------------------------------------------------------
+# Reports
+
+NOT_MEASURED = "**not measured** — {why}"
+
+
+def performance_md(bench_paths, contexts, scan, step, other, plots):
+    out = ["# Performance", ""]
+    if not bench_paths:
+        out += [NOT_MEASURED.format(why="no benchmark JSON was given (--bench)."), ""]
+        return "\n".join(out) + "\n"
+    out.append("Inputs: " + ", ".join(f"`{os.path.basename(p)}`" for p in bench_paths))
+    out.append("")
+    out.append("Speeds are measurements of this run on this device, reported, never asserted. "
+               "Ratios (speedup_*) compare against baselines measured in the same run.")
+    out.append("")
+    out.append(context_section(contexts, "Context (per input file)"))
+    # Method sentences, once per distinct value.
+    method_keys = ["timing", "l2_policy", "peak_copy_method", "bytes_formula", "baselines",
+                   "inputs", "verify_method", "flop_model", "memory"]
+    out += ["## Method", ""]
+    for k in method_keys:
+        vals = sorted({str(c.get(k)) for _, c in contexts if c.get(k) is not None})
+        for v in vals:
+            out.append(f"* **{k}**: {v}")
+    out.append("")
+
+    # bench_scan
+    out += ["## bench_scan", ""]
+    if not scan:
+        out += [NOT_MEASURED.format(why="no bench_scan rows in the inputs."), ""]
+    else:
+        shapes = sorted({(c.get("scan_B"), c.get("scan_d_inner")) for _, c in contexts
+                         if c.get("scan_B") is not None})
+        for B, di in shapes:
+            out.append(f"Fixed shape: B = {B}, d_inner = {di}.")
+        peaks = sorted({(r["device"], r["peak"]) for r in scan})
+        for dev, pk in peaks:
+            out.append(f"Measured peak (device-to-device copy) on device {dev}: "
+                       f"{fmt(pk)} GB/s.")
+        out.append("")
+        if plots.get("throughput"):
+            out.append("![tokens/s vs T](perf_scan_throughput.png)")
+        if plots.get("pct_peak"):
+            out.append("![% of peak bandwidth vs T](perf_scan_pct_peak.png)")
+        out.append("")
+        bad = [r for r in scan if r["error"] is None and r.get("verified") is not None
+               and r["verified"] < 1]
+        if bad:
+            out += ["### Rows that FAILED verification (their speeds are meaningless)", ""]
+            out.append(md_table(["case", "device", "disposition"],
+                                [(r["raw"]["name"], r["device"], r["label"]) for r in bad]))
+            out.append("")
+        rows = []
+        order = {o: i for i, o in enumerate(OPS)}
+        dto = {d: i for i, d in enumerate(DTYPES)}
+        for r in sorted([r for r in scan if r["error"] is None],
+                        key=lambda r: (order.get(r["op"], 9), dto.get(r["dtype"], 9), r["ds"],
+                                       r["T"], r["mode"], r["device"])):
+            rows.append((r["op"], r["dtype"], r["mode"], r["T"], r["ds"],
+                         fmt(r["seconds"] * 1e6 if r["seconds"] else None),
+                         si(r["tokens_per_s"]), fmt(r["GBps"]), fmt(r["GBps_impl"]),
+                         fmt(r["pct_peak_bw"]), fmt(r["speedup_vs_sequential"]),
+                         fmt(r["speedup_vs_f32"]),
+                         "yes" if r.get("verified") == 1 else ("NO" if r.get("verified") is not None else "—"),
+                         r["device"]))
+        if rows:
+            out.append(md_table(["op", "dtype", "mode", "T", "d_state", "µs", "tokens/s",
+                                 "GB/s (min bytes)", "GB/s (impl bytes)", "% peak",
+                                 "× vs sequential", "× vs f32", "verified", "device"], rows))
+            out.append("")
+        skipped = [r for r in scan if r["error"] is not None]
+        if skipped:
+            out += ["### Skipped or failed cases", ""]
+            out.append(md_table(["case", "device", "reason"],
+                                [(r["raw"]["name"], r["device"], r["error"]) for r in skipped]))
+            out.append("")
+
+    # bench_train_step
+    out += ["## bench_train_step", ""]
+    if not step:
+        out += [NOT_MEASURED.format(why="no bench_train_step rows in the inputs."), ""]
+    else:
+        if plots.get("steps"):
+            out += ["![TFLOP/s per case](perf_train_step.png)", ""]
+        bad = [r for r in step if r["error"] is None and r.get("verified") is not None
+               and r["verified"] < 1]
+        if bad:
+            out += ["### Rows that FAILED verification", ""]
+            out.append(md_table(["case", "device", "disposition"],
+                                [(r["raw"]["name"], r["device"], r["label"]) for r in bad]))
+            out.append("")
+        rows = []
+        for r in sorted([r for r in step if r["error"] is None],
+                        key=lambda r: (r["dm"], r["L"], r["T"], r["dtype"], r["gemm"])):
+            rows.append((r["model"], r["dm"], r["L"], r["B"], r["T"], r["dtype"], r["gemm"],
+                         fmt(r["seconds"] * 1e3 if r["seconds"] else None),
+                         si(r["tokens_per_s"]), fmt(r["TFLOPs"]),
+                         fmt(r["model_bytes"] / 2**30 if r["model_bytes"] else None),
+                         fmt(r["mem_used_bytes"] / 2**30 if r["mem_used_bytes"] else None),
+                         "parallel" if r.get("parallel_scan") == 1 else "sequential",
+                         "yes" if r.get("verified") == 1 else ("NO" if r.get("verified") is not None else "—"),
+                         r["device"]))
+        if rows:
+            out.append(md_table(["width of", "d_model", "layers", "B", "T", "dtype", "GEMM math",
+                                 "ms/step", "tokens/s", "TFLOP/s", "model GiB", "used GiB",
+                                 "scan", "verified", "device"], rows))
+            out.append("")
+        skipped = [r for r in step if r["error"] is not None]
+        if skipped:
+            out += ["### Skipped or failed cases", ""]
+            out.append(md_table(["case", "device", "reason"],
+                                [(r["raw"]["name"], r["device"], r["error"]) for r in skipped]))
+            out.append("")
+    if other:
+        out += ["## Other benchmark rows (not recognised, listed only)", ""]
+        out += [f"* `{n}`" for n in other]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def precision_md(val_paths, contexts, prec, plots):
+    out = ["# Precision", ""]
+    if not val_paths or prec is None:
+        why = ("no validation JSON was given (--validation)." if not val_paths
+               else "the validation JSON has no 'precision' section.")
+        out += [NOT_MEASURED.format(why=why), ""]
+        return "\n".join(out) + "\n"
+    out.append("Rule (validation/common/compare.hpp): a kernel result K passes when "
+               "max|K − O| ≤ k_limit · max|P − O| + atol, with O the f64 CPU oracle and P the "
+               "CPU baseline in the same storage precision on the same quantised inputs; "
+               "k = max|K − O| / max|P − O| is the measured, dimensionless error ratio.")
+    out.append("")
+    out.append(context_section(contexts))
+    if not prec:
+        out += [NOT_MEASURED.format(why="the 'precision' section is empty."), ""]
+        return "\n".join(out) + "\n"
+    n_fail = sum(1 for r in prec if not r["pass"])
+    out += ["## Summary", ""]
+    out.append(f"{len(prec) - n_fail} of {len(prec)} tensor comparisons pass"
+               + (f"; **{n_fail} FAIL**." if n_fail else "."))
+    out.append("")
+    summary = []
+    for dt in sorted({r["dtype"] for r in prec}, key=lambda d: (DTYPES + [d]).index(d)):
+        rs = [r for r in prec if r["dtype"] == dt]
+        ks = [num(r["k"]) for r in rs if num(r["k"]) is not None]
+        ratio = [num(r["k"]) / num(r["k_limit"]) for r in rs
+                 if num(r["k"]) is not None and num(r["k_limit"])]
+        worst = max(rs, key=lambda r: num(r["k"]) if num(r["k"]) is not None else -1)
+        summary.append((dt, len(rs), sum(1 for r in rs if not r["pass"]),
+                        fmt(max(ks) if ks else None), fmt(statistics.median(ks) if ks else None),
+                        fmt(max(ratio) if ratio else None),
+                        f"{worst['tensor']} @ {worst['shape']}"))
+    out.append(md_table(["dtype", "comparisons", "fail", "worst k", "median k", "worst k/k_limit",
+                         "worst at"], summary))
+    out.append("")
+    if plots.get("k"):
+        out += ["![k per tensor](precision_k.png)", ""]
+    fails = [r for r in prec if not r["pass"]]
+    if fails:
+        out += ["## Failures", ""]
+        out.append(md_table(["dtype", "shape", "tensor", "k", "k_limit", "max abs"],
+                            [(r["dtype"], r["shape"], r["tensor"], fmt(num(r["k"])),
+                              fmt(num(r["k_limit"])), fmt(num(r["max_abs"]))) for r in fails]))
+        out.append("")
+    out += ["## All comparisons", ""]
+    extra = [f for f in ("suite", "scan", "headroom") if any(f in r for r in prec)]
+    rows = []
+    for r in sorted(prec, key=lambda r: ((DTYPES + [r["dtype"]]).index(r["dtype"]), str(r["shape"]),
+                                         str(r["tensor"]))):
+        rows.append([r["dtype"], r["shape"], r["tensor"], fmt(num(r["k"])), fmt(num(r["k_limit"])),
+                     fmt(num(r["max_abs"])), fmt(num(r["max_rel"])), fmt(num(r["nmse"])),
+                     fmt(num(r["max_ulp"])), "pass" if r["pass"] else "**FAIL**"]
+                    + [fmt(num(r[f])) if num(r.get(f)) is not None else str(r.get(f, "—"))
+                       for f in extra])
+    out.append(md_table(["dtype", "shape", "tensor", "k", "k_limit", "max abs", "max rel", "NMSE",
+                         "max ULP", "verdict"] + extra, rows))
+    out.append("")
+    return "\n".join(out) + "\n"
+
+
+def determinism_md(val_paths, contexts, det):
+    out = ["# Determinism", ""]
+    if not val_paths or det is None:
+        why = ("no validation JSON was given (--validation)." if not val_paths
+               else "the validation JSON has no 'determinism' section.")
+        out += [NOT_MEASURED.format(why=why), ""]
+        return "\n".join(out) + "\n"
+    out += ["## What a bitwise claim here depends on", ""]
+    out.append("A row marked identical means: on the tuple below, repeated runs produced the same "
+               "bytes. It is not a claim about any other tuple. The tuple is:")
+    out.append("")
+    out += [f"* {s}" for s in BITWISE_DEPENDS_ON]
+    out.append("")
+    out.append(context_section(contexts))
+    if not det:
+        out += [NOT_MEASURED.format(why="the 'determinism' section is empty."), ""]
+        return "\n".join(out) + "\n"
+
+    def verdict(r):
+        expected = r.get("expected_identical", True)
+        return bool(r["identical"]) == bool(expected)
+
+    n_bad = sum(1 for r in det if not verdict(r))
+    out += ["## Summary", ""]
+    out.append(f"{len(det) - n_bad} of {len(det)} checks behave as expected"
+               + (f"; **{n_bad} do not**." if n_bad else "."))
+    out.append("Negative controls (expected_identical = false) pass when a difference IS detected.")
+    out.append("")
+    rows = []
+    for r in det:
+        rows.append((r["test"], r["dtype"], r["scan"], r["runs"], f"`{r['hash']}`",
+                     "yes" if r["identical"] else "NO",
+                     "yes" if r.get("expected_identical", True) else "no (negative control)",
+                     r["first_diff_index"] if not r["identical"] else "—",
+                     r["ulp"] if not r["identical"] else "—",
+                     "ok" if verdict(r) else "**UNEXPECTED**",
+                     r.get("note", "")))
+    out.append(md_table(["test", "dtype", "scan", "runs", "hash (FNV-1a 64)", "identical",
+                         "expected identical", "first diff index", "ULP there", "verdict", "note"],
+                        rows))
+    out.append("")
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bench", nargs="*", default=[], help="Google Benchmark JSON files")
+    ap.add_argument("--validation", nargs="*", default=[], help="validation JSON files")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
+    a = ap.parse_args(argv)
+    try:
+        b_ctx, scan, step, other = load_bench(a.bench)
+        v_ctx, prec, det = load_validation(a.validation)
+    except InputError as e:
+        print(f"generate.py: error: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    plt = get_pyplot()
+    plots = {}
+    if plt is not None:
+        plots["throughput"] = plot_scan(plt, scan, "tokens_per_s", "tokens/s",
+                                        os.path.join(a.out, "perf_scan_throughput.png"), True)
+        plots["pct_peak"] = plot_scan(plt, scan, "pct_peak_bw", "% of peak bandwidth",
+                                      os.path.join(a.out, "perf_scan_pct_peak.png"), False)
+        plots["steps"] = plot_steps(plt, step, os.path.join(a.out, "perf_train_step.png"))
+        plots["k"] = plot_k(plt, prec or [], os.path.join(a.out, "precision_k.png"))
+    reports = {
+        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots),
+        "precision.md": precision_md(a.validation, v_ctx, prec, plots),
+        "determinism.md": determinism_md(a.validation, v_ctx, det),
+    }
+    if plt is None:
+        for k in reports:
+            reports[k] += "\n_Plots not drawn: matplotlib is not importable._\n"
+    for name, text in reports.items():
+        with open(os.path.join(a.out, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    print(f"generate.py: wrote {', '.join(sorted(reports))} and "
+          f"{sum(1 for v in plots.values() if v)} plot(s) to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""test_generate.py — tests of reports/generate.py (ctest reports_generate, label cpu).
+
+All inputs are SYNTHETIC FIXTURES built here in a temporary directory; their
+numbers are invented to exercise the generator and are not results of
+anything. Checks: the three reports and the plots are written; values, failed
+verifications, skipped cases, precision failures and unexpected determinism
+rows are shown; per-device shard files merge; missing inputs give "not
+measured"; invalid inputs stop with an error naming the file and field.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GENERATE = os.path.join(HERE, "generate.py")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def have_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def bench_context(program, device, peak):
+    return {
+        "date": "fixture", "host_name": "fixture-host", "executable": program,
+        "mc_program": program, "gpu_index": str(device), "gpu_name": "Fixture GPU",
+        "gpu_cc": "9.0", "gpu_sm_count": "132", "gpu_sm_clock_khz": "1980000",
+        "gpu_mem_clock_khz": "2619000", "gpu_mem_bus_width_bits": "6144",
+        "gpu_total_mem_bytes": "150000000000", "gpu_l2_bytes": "52428800",
+        "cuda_driver": "13.0", "cuda_runtime": "13.0", "cublas_version": "13.1.0",
+        "git_sha": "fixturesha", "git_tree": "clean", "build_flags": "type=Release",
+        "peak_copy_GBps": str(peak), "peak_copy_method": "fixture copy",
+        "timing": "fixture timing", "l2_policy": "fixture L2 policy",
+        "bytes_formula": "fixture bytes formula", "scan_B": "4", "scan_d_inner": "1536",
+    }
+
+
+def scan_row(op, dtype, mode, T, ds, us, gbps, peak, verified=1, **extra):
+    row = {
+        "name": f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}",
+        "run_name": f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}",
+        "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
+        "iterations": 100, "real_time": us, "cpu_time": us, "time_unit": "us",
+        "tokens_per_s": 4 * T / (us * 1e-6), "state_updates_per_s": 4 * T * 1536 * ds / (us * 1e-6),
+        "GBps": gbps, "GBps_impl": gbps * 1.5, "bytes_min": gbps * us * 1e3,
+        "pct_peak_bw": 100.0 * gbps / peak, "verified": verified, "verify_worst": 0.1,
+        "label": "ok" if verified else "INCORRECT: y(b=0,d=0)[t=3] gpu=1 ref=2",
+    }
+    row.update(extra)
+    return row
+
+
+def scan_error_row(op, dtype, mode, T, ds, msg):
+    name = f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}"
+    return {"name": name, "run_name": name, "run_type": "iteration", "error_occurred": True,
+            "error_message": msg, "iterations": 0, "real_time": 0, "cpu_time": 0,
+            "time_unit": "us"}
+
+
+def step_row(dm, L, T, dtype, ms, tflops, verified=1):
+    name = f"train_step/mamba-130m/dm:{dm}/L:{L}/B:8/T:{T}/{dtype}/gemm:f32"
+    return {"name": name, "run_name": name, "run_type": "iteration", "iterations": 5,
+            "real_time": ms, "cpu_time": ms, "time_unit": "ms",
+            "tokens_per_s": 8 * T / (ms * 1e-3), "TFLOPs": tflops, "flops_per_step": tflops * ms * 1e9,
+            "model_bytes": 3 * 2**30, "mem_used_bytes": 4 * 2**30, "parallel_scan": 1,
+            "verified": verified, "label": "ok" if verified else "INCORRECT: non-finite gradient"}
+
+
+def validation_doc():
+    return {
+        "schema": "mambacheck-validation/1",
+        "context": {"gpu_name": "Fixture GPU", "gpu_sm_count": "132", "cuda_driver": "13.0",
+                    "cuda_runtime": "13.0", "cublas_version": "13.1.0", "git_sha": "fixturesha",
+                    "gemm_math": "f32"},
+        "precision": [
+            {"dtype": "bf16", "shape": "B2 T257", "tensor": "y", "k": 0.75, "k_limit": 2,
+             "max_abs": 1e-3, "max_rel": 2e-3, "nmse": 1e-6, "max_ulp": 2, "pass": True},
+            {"dtype": "bf16", "shape": "B2 T257", "tensor": "layers.0.in_proj_w", "k": 3.5,
+             "k_limit": 2, "max_abs": 4e-3, "max_rel": 9e-3, "nmse": 4e-6, "max_ulp": 9,
+             "pass": False},
+            {"dtype": "f32", "shape": "B1 T8", "tensor": "y", "k": "inf", "k_limit": 4,
+             "max_abs": 1e-7, "max_rel": 1e-7, "nmse": 1e-14, "max_ulp": 1, "pass": "false"},
+            {"dtype": "f16", "shape": "B1 T8", "tensor": "dA_log", "k": 1.25, "k_limit": 2,
+             "max_abs": 1e-4, "max_rel": 1e-4, "nmse": 1e-9, "max_ulp": 1, "pass": True,
+             "suite": "fixture_suite"},
+        ],
+        "determinism": [
+            {"test": "in_process_rerun", "dtype": "bf16", "scan": "parallel", "runs": 5,
+             "hash": "0x0123456789abcdef", "identical": True, "first_diff_index": -1, "ulp": 0},
+            {"test": "cross_process", "dtype": "f32", "scan": "sequential", "runs": 2,
+             "hash": "0xfeedfacefeedface", "identical": False, "first_diff_index": 4242,
+             "ulp": 3},
+            {"test": "negative_control_atomic", "dtype": "f32", "scan": "parallel", "runs": 5,
+             "hash": "0xaaaaaaaaaaaaaaaa", "identical": False, "first_diff_index": 7, "ulp": 1,
+             "expected_identical": False},
+        ],
+    }
+
+
+class GenerateTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.out = os.path.join(self.dir, "out")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, obj):
+        path = os.path.join(self.dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            if isinstance(obj, str):
+                f.write(obj)
+            else:
+                json.dump(obj, f)
+        return path
+
+    def run_gen(self, *args):
+        return subprocess.run([sys.executable, GENERATE, "--out", self.out, *args],
+                              capture_output=True, text=True, check=False)
+
+    def read(self, name):
+        with open(os.path.join(self.out, name), encoding="utf-8") as f:
+            return f.read()
+
+    def full_inputs(self):
+        peak0, peak1 = 4000.0, 3900.0
+        dev0 = {"context": bench_context("bench_scan", 0, peak0), "benchmarks": [
+            scan_row("fwd", "f32", "sequential", 512, 16, 900.0, 300.0, peak0),
+            scan_row("fwd", "f32", "parallel", 512, 16, 100.0, 2800.0, peak0,
+                     speedup_vs_sequential=9.0),
+            scan_row("fwd", "bf16", "parallel", 512, 16, 80.0, 2500.0, peak0,
+                     speedup_vs_f32=1.25, verified=0),
+            scan_row("fwd", "f32", "parallel", 2048, 16, 350.0, 3100.0, peak0),
+            scan_error_row("bwd", "f32", "parallel", 32768, 256,
+                           "skipped: needs 90 GiB of device memory > budget 56 GiB"),
+        ]}
+        dev1 = {"context": bench_context("bench_scan", 1, peak1), "benchmarks": [
+            scan_row("bwd", "f16", "parallel", 128, 64, 55.0, 1200.0, peak1),
+            # repetitions: two iteration rows + aggregates; the median aggregate wins
+            scan_row("fwdbwd", "f32", "parallel", 128, 64, 110.0, 1000.0, peak1),
+            scan_row("fwdbwd", "f32", "parallel", 128, 64, 130.0, 900.0, peak1),
+            dict(scan_row("fwdbwd", "f32", "parallel", 128, 64, 120.0, 950.0, peak1),
+                 run_type="aggregate", aggregate_name="median"),
+            dict(scan_row("fwdbwd", "f32", "parallel", 128, 64, 10.0, 5.0, peak1),
+                 run_type="aggregate", aggregate_name="stddev"),
+        ]}
+        steps = {"context": dict(bench_context("bench_train_step", 0, peak0),
+                                 flop_model="fixture flop model"),
+                 "benchmarks": [step_row(768, 1, 512, "f32", 12.5, 40.0),
+                                step_row(768, 1, 512, "bf16", 9.5, 52.0, verified=0),
+                                dict(scan_error_row("fwd", "f32", "parallel", 1, 1, "x"),
+                                     name="train_step/mamba-1.4b/dm:2048/L:4/B:8/T:2048/f32/gemm:f32",
+                                     run_name="train_step/mamba-1.4b/dm:2048/L:4/B:8/T:2048/f32/gemm:f32",
+                                     error_message="skipped: does not fit")]}
+        return (self.write("scan.dev0.json", dev0), self.write("scan.dev1.json", dev1),
+                self.write("steps.json", steps), self.write("validation.json", validation_doc()))
+
+    def test_full_reports(self):
+        s0, s1, st, v = self.full_inputs()
+        r = self.run_gen("--bench", s0, s1, st, "--validation", v)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        perf = self.read("performance.md")
+        # context and method come from the inputs
+        self.assertIn("Fixture GPU", perf)
+        self.assertIn("fixturesha", perf)
+        self.assertIn("fixture bytes formula", perf)
+        self.assertIn("device 0: Fixture GPU: 4000 GB/s", perf)
+        self.assertIn("B = 4, d_inner = 1536", perf)
+        # a measured row: % of peak as given, speedup as given
+        self.assertIn("| fwd | f32 | parallel | 512 | 16 | 100 |", perf)
+        self.assertIn("| 70 |", perf)  # 2800 / 4000
+        self.assertIn("| 9 |", perf)
+        # the unverified row is listed under the failures heading, with its disposition
+        fail_part = perf.split("FAILED verification")[1]
+        self.assertIn("scan_fwd/bf16/parallel/T:512/ds:16", fail_part.split("##")[0])
+        self.assertIn("INCORRECT: y(b=0,d=0)[t=3]", perf)
+        # skipped case with reason
+        self.assertIn("skipped: needs 90 GiB of device memory > budget 56 GiB", perf)
+        # shards of two devices, both present
+        self.assertIn("1: Fixture GPU", perf)
+        self.assertIn("0: Fixture GPU", perf)
+        # the median aggregate was used (120 us), not an iteration row or the stddev
+        self.assertIn("| fwdbwd | f32 | parallel | 128 | 64 | 120 |", perf)
+        # train step rows
+        self.assertIn("| mamba-130m | 768 | 1 | 8 | 512 | f32 | f32 | 12.5 |", perf)
+        self.assertIn("INCORRECT: non-finite gradient", perf)
+        self.assertIn("skipped: does not fit", perf)
+
+        prec = self.read("precision.md")
+        self.assertIn("2 of 4 tensor comparisons pass; **2 FAIL**", prec)
+        self.assertIn("layers.0.in_proj_w", prec.split("## Failures")[1].split("## All")[0])
+        self.assertIn("| f32 | B1 T8 | y | inf | 4 |", prec)
+        self.assertIn("fixture_suite", prec)
+        self.assertIn("Fixture GPU", prec)
+
+        det = self.read("determinism.md")
+        self.assertIn("What a bitwise claim here depends on", det)
+        self.assertIn("cuBLAS", det)
+        self.assertIn("2 of 3 checks behave as expected; **1 do not**", det)
+        self.assertIn("| cross_process | f32 | sequential | 2 | `0xfeedfacefeedface` | NO |", det)
+        self.assertIn("4242", det)
+        neg = [l for l in det.splitlines() if l.startswith("| negative_control_atomic")][0]
+        self.assertIn("| ok |", neg)
+
+        if have_matplotlib():
+            for png in ("perf_scan_throughput.png", "perf_scan_pct_peak.png",
+                        "perf_train_step.png", "precision_k.png"):
+                with open(os.path.join(self.out, png), "rb") as f:
+                    head = f.read(8)
+                self.assertEqual(head, PNG_MAGIC, png)
+                self.assertGreater(os.path.getsize(os.path.join(self.out, png)), 2000, png)
+            self.assertIn("perf_scan_throughput.png", perf)
+            self.assertIn("precision_k.png", prec)
+
+    def test_missing_inputs_say_not_measured(self):
+        r = self.run_gen()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in ("performance.md", "precision.md", "determinism.md"):
+            self.assertIn("not measured", self.read(name), name)
+
+    def test_missing_sections_say_not_measured(self):
+        doc = validation_doc()
+        del doc["determinism"]
+        v = self.write("v.json", doc)
+        only_steps = {"context": bench_context("bench_train_step", 0, 1.0),
+                      "benchmarks": [step_row(768, 1, 512, "f32", 12.5, 40.0)]}
+        b = self.write("b.json", only_steps)
+        r = self.run_gen("--bench", b, "--validation", v)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("not measured", self.read("determinism.md"))
+        self.assertNotIn("not measured", self.read("precision.md"))
+        perf = self.read("performance.md")
+        self.assertIn("no bench_scan rows", perf)
+        self.assertNotIn("no bench_train_step rows", perf)
+
+    def test_invalid_json_is_an_error_naming_the_file(self):
+        bad = self.write("broken.json", "{ not json")
+        r = self.run_gen("--bench", bad)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("broken.json", r.stderr)
+
+    def test_missing_field_is_an_error_naming_the_field(self):
+        doc = validation_doc()
+        del doc["precision"][1]["k_limit"]
+        v = self.write("v.json", doc)
+        r = self.run_gen("--validation", v)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("precision[1]", r.stderr)
+        self.assertIn("k_limit", r.stderr)
+
+    def test_wrong_schema_is_an_error(self):
+        doc = validation_doc()
+        doc["schema"] = "something-else/9"
+        r = self.run_gen("--validation", self.write("v.json", doc))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("schema", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
