@@ -74,6 +74,16 @@ void layer_backward(const Dims& d, const S* params, const LayerParamOffsets& off
                     int64_t T, const LayerActivations<S>& act, S* dH, S* grads, S* d_conv0,
                     S* d_ssm0, const Storage& st = Storage{});
 
+// layer_backward plus upstream gradients w.r.t. the layer's FINAL states (the
+// ones its forward wrote back): d_conv_T [B, di, dc] and d_ssm_T [B, di, ds],
+// each nullptr = 0. Chains the backward of consecutive segments of one
+// sequence: segment 2's d_conv0/d_ssm0 are segment 1's d_conv_T/d_ssm_T.
+template <class S>
+void layer_backward_chained(const Dims& d, const S* params, const LayerParamOffsets& off,
+                            int64_t B, int64_t T, const LayerActivations<S>& act, S* dH, S* grads,
+                            const S* d_conv_T, const S* d_ssm_T, S* d_conv0, S* d_ssm0,
+                            const Storage& st = Storage{});
+
 // Backbone forward. X [R, mid] -> out [R, dm] (post norm_f, all positions).
 // state is read as the initial state and overwritten with the final state.
 template <class S>
@@ -96,6 +106,20 @@ template <class S>
 void backbone_backward(const ParamLayout& lay, const S* params, const BackboneActivations<S>& act,
                        const S* d_out, const BackboneGradOutputs<S>& g,
                        const Storage& st = Storage{});
+
+// Upstream gradients w.r.t. the FINAL recurrent states of the forward whose
+// activations are passed (nullptr = 0), for chaining segments (see
+// layer_backward_chained).
+template <class S>
+struct FinalStateGrads {
+  const S* conv = nullptr;  // [L, B, di, dc]
+  const S* ssm = nullptr;   // [L, B, di, ds]
+};
+
+template <class S>
+void backbone_backward(const ParamLayout& lay, const S* params, const BackboneActivations<S>& act,
+                       const S* d_out, const FinalStateGrads<S>& fin,
+                       const BackboneGradOutputs<S>& g, const Storage& st = Storage{});
 
 // Target "burn-in nosave" forward (spec §3.5): zero initial state, input_proj,
 // L layers without saves, norm_f, then the last-timestep gather.

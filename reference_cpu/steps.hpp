@@ -15,6 +15,16 @@
 
 namespace mc::ref {
 
+// ---- Threading ---------------------------------------------------------------
+// An OpenMP region whose work (scalar operations, roughly) is below this
+// threshold runs on the calling thread only: below it fork/join costs more than
+// the loop (badly so on a loaded machine). The results never depend on it,
+// because every output element is computed by the same code in the same order
+// whichever thread runs it. Default 1 << 16; tests set 0 to force every region
+// parallel when they check bitwise thread-count invariance.
+int64_t parallel_min_work();
+void set_parallel_min_work(int64_t ops);
+
 // ---- RMSNorm (F1, norm_f; B8) -------------------------------------------
 // x [R, D], g [D] -> y [R, D], rms [R]  (rms = sqrt(mean(x^2) + eps), saved as is)
 template <class S>
@@ -59,6 +69,15 @@ void conv1d_silu_fwd(const S* xb, const S* w, const S* bias, int64_t B, int64_t 
 template <class S>
 void conv1d_silu_bwd(const S* du, const S* pc, const S* windows, const S* w, int64_t B, int64_t T,
                      int64_t di, int64_t dc, S* dxb, S* dw, S* dbias, S* d_state0);
+// Same, plus an upstream gradient w.r.t. the FINAL state (the window of t = T-1
+// that the forward writes back), d_state_T [B, di, dc] or nullptr. Slot k of
+// that window is xb[T-dc+k] (or S0[T+k] when T-dc+k < 0), and the gradient is
+// routed there. Used to chain the backward of consecutive segments of one
+// sequence (split-sequence invariance, truncated BPTT).
+template <class S>
+void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S* w,
+                             const S* d_state_T, int64_t B, int64_t T, int64_t di, int64_t dc,
+                             S* dxb, S* dw, S* dbias, S* d_state0);
 
 // ---- Softplus (F4c, B4) --------------------------------------------------
 // x [n] -> y [n] = x > 20 ? x : log1p(exp(x))
@@ -88,6 +107,13 @@ void selective_scan_bwd(const S* delta, const S* u, const S* Bm, const S* Cm, co
                         const S* D, const S* h_saved, const S* dy, int64_t B, int64_t T,
                         int64_t di, int64_t ds, S* d_delta, S* du, S* dBm, S* dCm, S* dD,
                         S* dA_log, S* dh0);
+// Same, plus an upstream gradient w.r.t. the FINAL state h_T, dh_T [B, di, ds]
+// or nullptr (the reverse recurrence starts from dh = dh_T instead of 0).
+template <class S>
+void selective_scan_bwd_chained(const S* delta, const S* u, const S* Bm, const S* Cm,
+                                const S* a_neg, const S* D, const S* h_saved, const S* dy,
+                                const S* dh_T, int64_t B, int64_t T, int64_t di, int64_t ds,
+                                S* d_delta, S* du, S* dBm, S* dCm, S* dD, S* dA_log, S* dh0);
 
 // ---- Gating (F4e, B2) ------------------------------------------------------
 // y [n], gs [n] -> g [n] = y ⊙ gs
