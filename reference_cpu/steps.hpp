@@ -20,7 +20,7 @@ namespace mc::ref {
 // threshold runs on the calling thread only: below it fork/join costs more than
 // the loop (badly so on a loaded machine). The results never depend on it,
 // because every output element is computed by the same code in the same order
-// whichever thread runs it. Default 1 << 16; tests set 0 to force every region
+// whichever thread runs it. Default 1 << 18; tests set 0 to force every region
 // parallel when they check bitwise thread-count invariance.
 int64_t parallel_min_work();
 void set_parallel_min_work(int64_t ops);
