@@ -1,5 +1,7 @@
 // no_cuda_stub.cpp — the GPU API of pipeline.hpp for builds without a CUDA
-// toolkit: gpu_available() says so, and constructing a Model throws.
+// toolkit: gpu_available() says so, and constructing a Model throws
+// (ConfigError for a bad config or shape, exactly as the CUDA build, else
+// GpuUnavailable).
 #include "pipeline.hpp"
 
 namespace mc::gpu {
@@ -18,7 +20,10 @@ const char* to_string(GemmMath g) { return g == GemmMath::TF32 ? "tf32" : "f32";
 // Every Model member is unreachable (the constructor throws) but must link.
 struct Model::Impl {};
 [[noreturn]] static void unavailable() { throw GpuUnavailable(kReason); }
-Model::Model(const ModelConfig&, int64_t, int64_t, const RunOptions&) { unavailable(); }
+Model::Model(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions&) {
+  validate_runtime(Dims::from(cfg), B, T);  // same refusals as the CUDA build
+  unavailable();
+}
 Model::~Model() = default;
 const Dims& Model::dims() const { unavailable(); }
 int64_t Model::batch() const { unavailable(); }

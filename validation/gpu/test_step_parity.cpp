@@ -622,9 +622,10 @@ TEST_F(StepParity, FirstNonFiniteReportsSmallestIndex) {
     DeviceBuffer<unsigned char> scratch(mc::kern::first_nonfinite_scratch_bytes(n), "scratch");
     EXPECT_EQ(mc::kern::first_nonfinite<float>(d.get(), n, scratch.get(), s()), -1) << n;
     // bad values in several blocks; the smallest index wins
-    std::vector<int64_t> bad = {n - 1, n / 2, n / 3 + 1};
+    const int64_t bad[] = {n - 1, n / 2, n / 3 + 1};
     int64_t want = n;
-    for (size_t i = 0; i < bad.size(); ++i) {
+    for (size_t i = 0; i < 3; ++i) {
+      if (bad[i] >= n) continue;
       v[size_t(bad[i])] = i % 2 ? inf : nan;
       want = std::min(want, bad[i]);
     }
