@@ -141,7 +141,7 @@ std::string BenchFlags::get_string(const std::string& name, const std::string& d
 std::string common_flags_help() {
   return "\nmambacheck flags:\n"
          "  --sweep            run the full grid instead of the small default set\n"
-         "  --quick            shorter runs (min time 0.02 s per case unless\n"
+         "  --quick            shorter runs (a smaller min time per case unless\n"
          "                     --benchmark_min_time is given) and, without --sweep,\n"
          "                     an even smaller set (used by the ctest smoke runs)\n"
          "  --devices=0,1      shard the case groups round-robin over these devices:\n"

@@ -498,6 +498,25 @@ const char* kBytesFormula =
     "GBps = bytes_min/t; GBps_impl also counts kern::scan_bwd_extra_bytes (per-(b,t,d,n) "
     "dB/dC partials written and read back in f32). Source: kernels/scan.cuh traffic model.";
 
+// --plan: the case list with its memory needs against a hypothetical device.
+void print_plan(const std::vector<ScanCase>& cases, int64_t B, int64_t di, double device_bytes,
+                double frac) {
+  const double budget = frac * device_bytes;
+  std::printf("bench_scan plan: B=%lld d_inner=%lld, budget %.1f GiB (%.0f%% of %.1f GiB)\n",
+              (long long)B, (long long)di, budget / double(size_t(1) << 30), 100 * frac,
+              device_bytes / double(size_t(1) << 30));
+  std::printf("%-44s %12s %14s %s\n", "case", "alloc GiB", "min bytes GB", "runs?");
+  int runs = 0;
+  for (const auto& c : cases) {
+    const double need = double(case_alloc_bytes(c, B, di));
+    const bool fits = need <= budget;
+    runs += fits;
+    std::printf("%-44s %12.3f %14.3f %s\n", c.name.c_str(), need / double(size_t(1) << 30),
+                double(case_min_bytes(c, B, di)) / 1e9, fits ? "yes" : "skipped (budget)");
+  }
+  std::printf("%d of %zu cases fit the budget\n", runs, cases.size());
+}
+
 std::string help_text;
 void print_help() {
   benchmark::PrintDefaultHelp();
@@ -509,14 +528,21 @@ int main_impl(int argc, char** argv) {
   help_text = common_flags_help() +
               "  --batch=B          batch size of every case (default 4)\n"
               "  --d_inner=DI       channels of every case (default 1536, mamba-130m)\n"
-              "  --mem_budget=F     skip cases needing more than F x device memory (0.4)\n";
+              "  --mem_budget=F     skip cases needing more than F x device memory (0.4)\n"
+              "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
+              "                     and moves, and which a device of GIB GiB would skip\n";
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   ScanBench g;
-  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"batch", "d_inner", "mem_budget"});
+  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"batch", "d_inner", "mem_budget", "plan"});
   g.B = g.flags.get_int("batch", 4, 1, Limits::kMaxBatch);
   g.di = g.flags.get_int("d_inner", 1536, 1, Limits::kMaxDInner);
   g.budget_frac = g.flags.get_double("mem_budget", 0.4, 0.01, 0.95);
 
+  if (g.flags.values.count("plan")) {
+    print_plan(make_cases(g.flags), g.B, g.di,
+               g.flags.get_double("plan", 0, 0.001, 1e6) * double(size_t(1) << 30), g.budget_frac);
+    return 0;
+  }
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
     return run_device_shards(g.flags, kProgram);
@@ -560,7 +586,9 @@ int main_impl(int argc, char** argv) {
   for (const auto& c : all)
     if (c.group % g.flags.shard_count == g.flags.shard_index) mine.push_back(c);
   g.n_cases = int(mine.size());
-  const double min_time = g.flags.quick ? 0.02 : (g.flags.sweep ? 0.1 : 0.2);
+  // Manual time is exempt from Google Benchmark's wall-time cap, so small cases
+  // run min_time / t iterations (each with an untimed ~2xL2 memset): keep it short.
+  const double min_time = g.flags.quick ? 0.01 : (g.flags.sweep ? 0.05 : 0.1);
   for (int i = 0; i < int(mine.size()); ++i) {
     const ScanCase c = mine[size_t(i)];
     auto* b = benchmark::RegisterBenchmark(c.name.c_str(), [c, i](benchmark::State& st) {

@@ -269,12 +269,13 @@ def load_bench(paths):
 
 PREC_REQUIRED = ["dtype", "shape", "tensor", "k", "k_limit", "max_abs", "max_rel", "nmse",
                  "max_ulp", "pass"]
+ORACLE_REQUIRED = ["config", "check", "rel_error", "rel_tol", "pass"]
 DET_REQUIRED = ["test", "dtype", "scan", "runs", "hash", "identical", "first_diff_index", "ulp"]
 
 
 def load_validation(paths):
-    """-> (contexts, precision_rows or None, determinism_rows or None)."""
-    contexts, prec, det = [], None, None
+    """-> (contexts, precision_rows or None, determinism_rows or None, oracle_rows or None)."""
+    contexts, prec, det, oracle = [], None, None, None
     for path in paths:
         data = load_json(path)
         if not isinstance(data, dict):
@@ -303,7 +304,14 @@ def load_validation(paths):
                     fixed["expected_identical"] = truth(r["expected_identical"], path,
                                                         f"determinism[{i}].expected_identical")
                 det.append(dict(r, file=os.path.basename(path), **fixed))
-    return contexts, prec, det
+        if "oracle_checks" in data:
+            oracle = oracle or []
+            for i, r in enumerate(data["oracle_checks"]):
+                for f in ORACLE_REQUIRED:
+                    require(r, f, path, f"oracle_checks[{i}]")
+                oracle.append(dict(r, file=os.path.basename(path),
+                                   **{"pass": truth(r["pass"], path, f"oracle_checks[{i}].pass")}))
+    return contexts, prec, det, oracle
 
 
 # ----------------------------------------------------------------------------
@@ -557,8 +565,31 @@ def performance_md(bench_paths, contexts, scan, step, other, plots):
     return "\n".join(out) + "\n"
 
 
-def precision_md(val_paths, contexts, prec, plots):
+def oracle_section(oracle):
+    """The CPU oracle's own checks (f64 finite differences), when the input has them."""
+    if not oracle:
+        return []
+    n_fail = sum(1 for r in oracle if not r["pass"])
+    out = ["## Oracle self-checks (CPU, f64 finite differences)", ""]
+    out.append(f"{len(oracle) - n_fail} of {len(oracle)} pass"
+               + (f"; **{n_fail} FAIL** — GPU comparisons against a failing oracle mean nothing."
+                  if n_fail else "."))
+    out.append("")
+    out.append(md_table(["config", "check", "rel error", "rel tol", "verdict"],
+                        [(r["config"], r["check"], fmt(num(r["rel_error"])),
+                          fmt(num(r["rel_tol"])), "pass" if r["pass"] else "**FAIL**")
+                         for r in oracle]))
+    out.append("")
+    return out
+
+
+def precision_md(val_paths, contexts, prec, plots, oracle=None):
     out = ["# Precision", ""]
+    if val_paths and prec is None and oracle:
+        out += [NOT_MEASURED.format(why="the validation JSON has no 'precision' section "
+                                        "(GPU comparisons)."), ""]
+        out += oracle_section(oracle)
+        return "\n".join(out) + "\n"
     if not val_paths or prec is None:
         why = ("no validation JSON was given (--validation)." if not val_paths
                else "the validation JSON has no 'precision' section.")
@@ -570,6 +601,7 @@ def precision_md(val_paths, contexts, prec, plots):
                "k = max|K − O| / max|P − O| is the measured, dimensionless error ratio.")
     out.append("")
     out.append(context_section(contexts))
+    out += oracle_section(oracle)
     if not prec:
         out += [NOT_MEASURED.format(why="the 'precision' section is empty."), ""]
         return "\n".join(out) + "\n"
@@ -602,7 +634,8 @@ def precision_md(val_paths, contexts, prec, plots):
                               fmt(num(r["k_limit"])), fmt(num(r["max_abs"]))) for r in fails]))
         out.append("")
     out += ["## All comparisons", ""]
-    extra = [f for f in ("suite", "scan", "headroom") if any(f in r for r in prec)]
+    extra = [f for f in ("suite", "config", "scan", "headroom", "baseline_max_abs")
+             if any(f in r for r in prec)]
     rows = []
     for r in sorted(prec, key=lambda r: ((DTYPES + [r["dtype"]]).index(r["dtype"]), str(r["shape"]),
                                          str(r["tensor"]))):
@@ -671,7 +704,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     try:
         b_ctx, scan, step, other = load_bench(a.bench)
-        v_ctx, prec, det = load_validation(a.validation)
+        v_ctx, prec, det, oracle = load_validation(a.validation)
     except InputError as e:
         print(f"generate.py: error: {e}", file=sys.stderr)
         return 2
@@ -687,7 +720,7 @@ def main(argv=None):
         plots["k"] = plot_k(plt, prec or [], os.path.join(a.out, "precision_k.png"))
     reports = {
         "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots),
-        "precision.md": precision_md(a.validation, v_ctx, prec, plots),
+        "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle),
         "determinism.md": determinism_md(a.validation, v_ctx, det),
     }
     if plt is None:

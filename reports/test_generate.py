@@ -93,6 +93,12 @@ def validation_doc():
              "max_abs": 1e-4, "max_rel": 1e-4, "nmse": 1e-9, "max_ulp": 1, "pass": True,
              "suite": "fixture_suite"},
         ],
+        "oracle_checks": [
+            {"config": "tiny", "check": "gradcheck layer", "rel_error": 1e-9, "rel_tol": 1e-6,
+             "pass": True},
+            {"config": "tiny", "check": "gradcheck backbone", "rel_error": 1e-3, "rel_tol": 1e-6,
+             "pass": False},
+        ],
         "determinism": [
             {"test": "in_process_rerun", "dtype": "bf16", "scan": "parallel", "runs": 5,
              "hash": "0x0123456789abcdef", "identical": True, "first_diff_index": -1, "ulp": 0},
@@ -201,6 +207,8 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("layers.0.in_proj_w", prec.split("## Failures")[1].split("## All")[0])
         self.assertIn("| f32 | B1 T8 | y | inf | 4 |", prec)
         self.assertIn("fixture_suite", prec)
+        self.assertIn("1 of 2 pass; **1 FAIL**", prec)
+        self.assertIn("| tiny | gradcheck backbone | 0.001 | 1.00e-06 | **FAIL** |", prec)
         self.assertIn("Fixture GPU", prec)
 
         det = self.read("determinism.md")
