@@ -112,7 +112,10 @@ class StepParity : public mc::testing::GpuTest {
 struct RowsDim {
   int64_t R, D;
 };
-const RowsDim kNormShapes[] = {{1, 1}, {7, 5}, {33, 48}, {130, 769}, {5, 1100}, {2500, 7}};
+// Every reduced tensor has >= 16 elements (rms: R, dg: D), except the 1x1 edge
+// case whose results are single roundings: the k-rule compares maxima of
+// |error|, which is unreliable over a handful of elements (model_harness.hpp).
+const RowsDim kNormShapes[] = {{1, 1}, {19, 17}, {33, 48}, {130, 769}, {17, 1100}, {2500, 16}};
 
 TEST_F(StepParity, RmsNormForward) {
   const double eps = 1e-5;
@@ -277,7 +280,7 @@ struct ConvShape {
 std::vector<ConvShape> conv_shapes() {
   std::vector<ConvShape> v;
   for (int64_t dc = 1; dc <= 8; ++dc)
-    for (const int64_t T : {1, 2, 5, 64, 65, 130}) v.push_back({dc % 2 ? 2 : 3, T, dc % 3 ? 7 : 13, dc});
+    for (const int64_t T : {1, 2, 5, 64, 65, 130}) v.push_back({dc % 2 ? 2 : 3, T, dc % 3 ? 17 : 23, dc});
   return v;
 }
 
@@ -585,8 +588,9 @@ TEST_F(StepParity, CastsAreRoundToNearestEven) {
 
 TEST_F(StepParity, ColumnSumFixedOrder) {
   // rows: one level, exactly one chunk, two levels, three levels (> 1024²).
-  for (const auto [R, N] : {RowsDim{1, 5}, RowsDim{7, 33}, RowsDim{1024, 3}, RowsDim{1025, 40},
-                            RowsDim{5000, 70}, RowsDim{1048577 + 5, 2}}) {
+  // (R = 1: the sum is one value, exact; otherwise >= 16 columns for the k-rule.)
+  for (const auto [R, N] : {RowsDim{1, 5}, RowsDim{7, 33}, RowsDim{1024, 16}, RowsDim{1025, 40},
+                            RowsDim{5000, 70}, RowsDim{1048577 + 4, 16}}) {
     const std::string tag = shape_tag({{"R", R}, {"N", N}});
     const auto src = uniform(R * N, 141 + R, -1.0, 1.0);
     const auto init = uniform(N, 142 + N, -1.0, 1.0);
