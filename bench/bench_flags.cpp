@@ -138,6 +138,10 @@ std::string BenchFlags::get_string(const std::string& name, const std::string& d
   throw ConfigError("--" + name + "=" + it->second + ": expected one of " + list);
 }
 
+std::string exit_codes_help() {
+  return "Exit codes: 0 ok, 1 error, 77 no usable CUDA device (message on stderr).\n";
+}
+
 std::string common_flags_help() {
   return "\nmambacheck flags:\n"
          "  --sweep            run the full grid instead of the small default set\n"
@@ -148,8 +152,7 @@ std::string common_flags_help() {
          "                     one child process per device (own CUDA context, own\n"
          "                     GPU, disjoint cases); results in FILE.dev<d>.json\n"
          "  --json=FILE        shorthand for --benchmark_out=FILE\n"
-         "                     --benchmark_out_format=json\n"
-         "Exit codes: 0 ok, 1 error, 77 no CUDA device (message on stderr).\n";
+         "                     --benchmark_out_format=json\n";
 }
 
 }  // namespace mc::bench

@@ -57,7 +57,9 @@ struct BenchFlags {
 BenchFlags parse_project_flags(int argc, char** argv, const ArgvRewrite& rw,
                                const std::vector<std::string>& program_flags);
 
-// Text printed by --help after Google Benchmark's own help.
+// Text printed by --help after Google Benchmark's own help: the shared flags,
+// then the program's own, then the exit codes.
 std::string common_flags_help();
+std::string exit_codes_help();
 
 }  // namespace mc::bench

@@ -530,7 +530,8 @@ int main_impl(int argc, char** argv) {
               "  --d_inner=DI       channels of every case (default 1536, mamba-130m)\n"
               "  --mem_budget=F     skip cases needing more than F x device memory (0.4)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
-              "                     and moves, and which a device of GIB GiB would skip\n";
+              "                     and moves, and which a device of GIB GiB would skip\n" +
+              exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   ScanBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"batch", "d_inner", "mem_budget", "plan"});

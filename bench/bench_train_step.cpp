@@ -265,7 +265,8 @@ int main_impl(int argc, char** argv) {
   ArgvRewrite rw(argc, argv);
   help_text = common_flags_help() +
               "  (--sweep is the default case list for this program)\n"
-              "  --gemm=f32|tf32    f32 GEMM math (default f32: true f32; tf32 opt-in)\n";
+              "  --gemm=f32|tf32    f32 GEMM math (default f32: true f32; tf32 opt-in)\n" +
+              exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm"});
