@@ -172,6 +172,17 @@ SCAN_NAME = re.compile(r"^scan_(fwd|bwd|fwdbwd)/(f32|bf16|f16)/(sequential|paral
 STEP_NAME = re.compile(
     r"^train_step/([^/]+)/dm:(\d+)/L:(\d+)/B:(\d+)/T:(\d+)/(f32|bf16|f16)/gemm:(\w+)$")
 TIME_UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# Components Google Benchmark appends to a registered name (…/min_time:0.050/manual_time).
+GB_SUFFIX = re.compile(r"^(min_time|min_warmup_time|iterations|repeats|threads):[^/]*$"
+                       r"|^(manual_time|real_time|process_time)$")
+
+
+def case_name(run_name):
+    """The name the program registered: Google Benchmark's suffixes removed."""
+    parts = run_name.split("/")
+    while len(parts) > 1 and GB_SUFFIX.match(parts[-1]):
+        parts.pop()
+    return "/".join(parts)
 
 
 def pick_rows(benchmarks, path):
@@ -230,7 +241,8 @@ def load_bench(paths):
         prog = ctx.get("mc_program", os.path.basename(path))
         contexts.append((f"{prog} — {os.path.basename(path)} (device {dev})", ctx))
         for b in pick_rows(benchmarks, path):
-            name = b["name"]
+            name = case_name(b["name"])
+            b = dict(b, name=name)
             base = {
                 "device": dev,
                 "file": os.path.basename(path),

@@ -44,10 +44,15 @@ def bench_context(program, device, peak):
     }
 
 
+# Google Benchmark 1.7.1 appends these to the registered name (checked against
+# the real library's output).
+GB_SUFFIX = "/min_time:0.050/manual_time"
+
+
 def scan_row(op, dtype, mode, T, ds, us, gbps, peak, verified=1, **extra):
     row = {
-        "name": f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}",
-        "run_name": f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}",
+        "name": f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}{GB_SUFFIX}",
+        "run_name": f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}{GB_SUFFIX}",
         "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
         "iterations": 100, "real_time": us, "cpu_time": us, "time_unit": "us",
         "tokens_per_s": 4 * T / (us * 1e-6), "state_updates_per_s": 4 * T * 1536 * ds / (us * 1e-6),
@@ -60,14 +65,14 @@ def scan_row(op, dtype, mode, T, ds, us, gbps, peak, verified=1, **extra):
 
 
 def scan_error_row(op, dtype, mode, T, ds, msg):
-    name = f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}"
+    name = f"scan_{op}/{dtype}/{mode}/T:{T}/ds:{ds}/manual_time"
     return {"name": name, "run_name": name, "run_type": "iteration", "error_occurred": True,
             "error_message": msg, "iterations": 0, "real_time": 0, "cpu_time": 0,
             "time_unit": "us"}
 
 
 def step_row(dm, L, T, dtype, ms, tflops, verified=1):
-    name = f"train_step/mamba-130m/dm:{dm}/L:{L}/B:8/T:{T}/{dtype}/gemm:f32"
+    name = f"train_step/mamba-130m/dm:{dm}/L:{L}/B:8/T:{T}/{dtype}/gemm:f32/min_time:0.200/manual_time"
     return {"name": name, "run_name": name, "run_type": "iteration", "iterations": 5,
             "real_time": ms, "cpu_time": ms, "time_unit": "ms",
             "tokens_per_s": 8 * T / (ms * 1e-3), "TFLOPs": tflops, "flops_per_step": tflops * ms * 1e9,
@@ -156,9 +161,11 @@ class GenerateTest(unittest.TestCase):
             scan_row("fwdbwd", "f32", "parallel", 128, 64, 110.0, 1000.0, peak1),
             scan_row("fwdbwd", "f32", "parallel", 128, 64, 130.0, 900.0, peak1),
             dict(scan_row("fwdbwd", "f32", "parallel", 128, 64, 120.0, 950.0, peak1),
-                 run_type="aggregate", aggregate_name="median"),
+                 run_type="aggregate", aggregate_name="median",
+                 name=f"scan_fwdbwd/f32/parallel/T:128/ds:64{GB_SUFFIX}_median"),
             dict(scan_row("fwdbwd", "f32", "parallel", 128, 64, 10.0, 5.0, peak1),
-                 run_type="aggregate", aggregate_name="stddev"),
+                 run_type="aggregate", aggregate_name="stddev",
+                 name=f"scan_fwdbwd/f32/parallel/T:128/ds:64{GB_SUFFIX}_stddev"),
         ]}
         steps = {"context": dict(bench_context("bench_train_step", 0, peak0),
                                  flop_model="fixture flop model"),
