@@ -9,8 +9,9 @@
 // Shapes include odd sizes, every d_conv in 1..8, T below/at/above the conv
 // chunk, non-zero carried states and state gradients; exact steps (copies,
 // casts, gathers, the non-finite scanner) are compared bitwise. Also: the
-// fixed-order reductions are bitwise reproducible, and d_conv = 9 is refused
-// (those refusal tests need no device and run everywhere).
+// fixed-order reductions are bitwise reproducible, the bf16/f16 instantiations
+// match a rounded float baseline under the typed rule, and d_conv = 9 is
+// refused (the refusal tests need no device and run everywhere).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -93,16 +94,22 @@ class StepParity : public mc::testing::GpuTest {
   }
   cudaStream_t s() const { return ctx_->stream(); }
 
-  // The k-rule of compare.hpp for one f32 tensor; prints and records k.
+  // The k-rule of compare.hpp for one tensor stored as `dtype` (F32: the f32
+  // rule with kF32KLimit; BF16/F16: kTypedKLimit); prints and records k.
   void expect_k(const std::string& tensor, const std::vector<float>& K,
-                const std::vector<double>& O, const std::vector<float>& P) {
+                const std::vector<double>& O, const std::vector<float>& P,
+                DType dtype = DType::F32) {
     ASSERT_EQ(K.size(), O.size()) << tensor;
     ASSERT_EQ(P.size(), O.size()) << tensor;
-    const auto r = mc::check::k_rule(tensor, K, O, P, DType::F32, mc::check::kF32KLimit);
+    const double limit = dtype == DType::F32 ? mc::check::kF32KLimit : mc::check::kTypedKLimit;
+    const auto r = mc::check::k_rule(tensor, K, O, P, dtype, limit);
     std::cout << "  " << r.summary() << "\n";
     RecordProperty("k." + tensor, std::to_string(r.k));
     EXPECT_TRUE(r.pass) << r.summary();
   }
+
+  template <class T>
+  void check_typed_kernels(DType dt);
 
   std::unique_ptr<mc::gpu::DeviceContext> ctx_;
 };
@@ -583,6 +590,206 @@ TEST_F(StepParity, CastsAreRoundToNearestEven) {
   check_cast_round_trip<__nv_bfloat16>(DType::BF16, "bf16", s());
   check_cast_round_trip<__half>(DType::F16, "f16", s());
 }
+
+// ---- typed storage (bf16 / f16) ---------------------------------------------------------------
+//
+// The same kernels instantiated for a typed storage type. Inputs are quantised
+// to the dtype once, so K, O and P see identical values. O = the ref step in
+// double on those inputs, no output rounding; P = the ref step in float with
+// each typed output rounded (mc::round_to) where the kernel stores it typed.
+// Typed outputs use the typed rule (kTypedKLimit, ulps of the dtype); f32
+// outputs (rms, dx, dw, ...) the f32 rule; copies are compared bitwise.
+
+std::vector<float> quantised(std::vector<float> v, DType dt) {
+  for (auto& x : v) x = mc::round_to(dt, x);
+  return v;
+}
+
+template <class T>
+DeviceBuffer<T> to_device_typed(const std::vector<float>& q, const char* name, cudaStream_t s) {
+  auto staging = to_device(q, "staging", s);
+  DeviceBuffer<T> d(q.size(), name);
+  mc::kern::cast_from_f32<T>(staging.get(), int64_t(q.size()), d.get(), s);
+  MC_CUDA_CHECK(cudaStreamSynchronize(s), "to_device_typed");
+  return d;
+}
+
+template <class T>
+std::vector<float> to_host_typed(const DeviceBuffer<T>& d, cudaStream_t s) {
+  DeviceBuffer<float> f(d.size(), "upcast");
+  mc::kern::cast_to_f32<T>(d.get(), int64_t(d.size()), f.get(), s);
+  return to_host(f, s);
+}
+
+template <class T>
+void StepParity::check_typed_kernels(DType dt) {
+  const std::string tp = std::string(mc::to_string(dt)) + ".";
+  auto q = [dt](std::vector<float> v) { return quantised(std::move(v), dt); };
+  {  // RMSNorm forward: f32 x -> typed y, f32 rms
+    const int64_t R = 33, D = 48;
+    const auto x = uniform(R * D, 201, -2.0, 2.0), g = uniform(D, 202, 0.5, 1.5);
+    std::vector<float> yP(sz(R * D)), rmsP(sz(R));
+    mc::ref::rmsnorm_fwd<float>(x.data(), g.data(), R, D, 1e-5, yP.data(), rmsP.data());
+    yP = q(yP);
+    const auto xd = to_double(x), gd = to_double(g);
+    std::vector<double> yO(sz(R * D)), rmsO(sz(R));
+    mc::ref::rmsnorm_fwd<double>(xd.data(), gd.data(), R, D, 1e-5, yO.data(), rmsO.data());
+    auto d_x = to_device(x, "x", s());
+    auto d_g = to_device(g, "g", s());
+    DeviceBuffer<T> d_y(sz(R * D), "y");
+    DeviceBuffer<float> d_rms(sz(R), "rms");
+    mc::kern::rmsnorm_fwd<T>(d_x.get(), d_g.get(), R, D, 1e-5, d_y.get(), d_rms.get(), s());
+    expect_k(tp + "rmsnorm_fwd.y", to_host_typed(d_y, s()), yO, yP, dt);
+    expect_k(tp + "rmsnorm_fwd.rms", to_host(d_rms, s()), rmsO, rmsP);
+  }
+  {  // RMSNorm backward: typed dy, f32 x -> f32 dx, dg
+    const int64_t R = 40, D = 24;
+    const auto x = uniform(R * D, 211, -2.0, 2.0), g = uniform(D, 212, 0.5, 1.5);
+    const auto dy = q(uniform(R * D, 213, -1.0, 1.0));
+    std::vector<float> rms(sz(R)), tmp(sz(R * D));
+    mc::ref::rmsnorm_fwd<float>(x.data(), g.data(), R, D, 1e-5, tmp.data(), rms.data());
+    std::vector<float> dxP(sz(R * D)), dgP(sz(D), 0.0f);
+    mc::ref::rmsnorm_bwd<float>(dy.data(), x.data(), g.data(), rms.data(), R, D, dxP.data(),
+                                dgP.data());
+    const auto dyd = to_double(dy), xd = to_double(x), gd = to_double(g), rd = to_double(rms);
+    std::vector<double> dxO(sz(R * D)), dgO(sz(D), 0.0);
+    mc::ref::rmsnorm_bwd<double>(dyd.data(), xd.data(), gd.data(), rd.data(), R, D, dxO.data(),
+                                 dgO.data());
+    auto d_dy = to_device_typed<T>(dy, "dy", s());
+    auto d_x = to_device(x, "x", s());
+    auto d_g = to_device(g, "g", s());
+    auto d_r = to_device(rms, "rms", s());
+    DeviceBuffer<float> d_dx(sz(R * D), "dx");
+    auto d_dg = to_device(std::vector<float>(sz(D), 0.0f), "dg", s());
+    DeviceBuffer<float> scratch(mc::kern::rmsnorm_bwd_scratch_floats(R, D), "scratch");
+    mc::kern::rmsnorm_bwd<T>(d_dy.get(), d_x.get(), d_g.get(), d_r.get(), R, D, d_dx.get(),
+                             d_dg.get(), scratch.get(), s());
+    expect_k(tp + "rmsnorm_bwd.dx", to_host(d_dx, s()), dxO, dxP);
+    expect_k(tp + "rmsnorm_bwd.dg", to_host(d_dg, s()), dgO, dgP);
+  }
+  {  // split + gate SiLU
+    const int64_t R = 20, di = 17;
+    const auto P = q(uniform(R * 2 * di, 221, -8.0, 8.0));
+    std::vector<float> xbP(sz(R * di)), zP(sz(R * di)), gsP(sz(R * di));
+    mc::ref::split_gate_silu_fwd<float>(P.data(), R, di, xbP.data(), zP.data(), gsP.data());
+    gsP = q(gsP);
+    const auto Pd = to_double(P);
+    std::vector<double> xbO(sz(R * di)), zO(sz(R * di)), gsO(sz(R * di));
+    mc::ref::split_gate_silu_fwd<double>(Pd.data(), R, di, xbO.data(), zO.data(), gsO.data());
+    auto d_P = to_device_typed<T>(P, "P", s());
+    DeviceBuffer<T> d_xb(sz(R * di), "xb"), d_z(sz(R * di), "z"), d_gs(sz(R * di), "gs");
+    mc::kern::split_gate_silu<T>(d_P.get(), R, di, d_xb.get(), d_z.get(), d_gs.get(), s());
+    EXPECT_EQ(to_host_typed(d_xb, s()), xbP) << tp << "split x half";
+    EXPECT_EQ(to_host_typed(d_z, s()), zP) << tp << "split gate half";
+    expect_k(tp + "split_gate_silu.gs", to_host_typed(d_gs, s()), gsO, gsP, dt);
+  }
+  {  // conv forward (typed xb -> typed pc, u; f32 windows/state) and backward
+    const int64_t B = 2, T_len = 70, di = 17, dc = 4, n = B * T_len * di;
+    const auto xb = q(uniform(n, 231, -2.0, 2.0));
+    const auto w = uniform(di * dc, 232, -1.0, 1.0), bias = uniform(di, 233, -0.5, 0.5);
+    const auto st0 = uniform(B * di * dc, 234, -1.0, 1.0);
+    std::vector<float> stP = st0, winP(sz(n * dc)), pcF(sz(n)), uF(sz(n));
+    mc::ref::conv1d_silu_fwd<float>(xb.data(), w.data(), bias.data(), B, T_len, di, dc,
+                                    stP.data(), winP.data(), pcF.data(), uF.data());
+    const auto pcP = q(pcF), uP = q(uF);  // u = q(SiLU(unrounded pc))
+    const auto xbd = to_double(xb), wd = to_double(w), bd = to_double(bias);
+    std::vector<double> stO = to_double(st0), winO(sz(n * dc)), pcO(sz(n)), uO(sz(n));
+    mc::ref::conv1d_silu_fwd<double>(xbd.data(), wd.data(), bd.data(), B, T_len, di, dc,
+                                     stO.data(), winO.data(), pcO.data(), uO.data());
+    auto d_xb = to_device_typed<T>(xb, "xb", s());
+    auto d_w = to_device(w, "w", s());
+    auto d_b = to_device(bias, "bias", s());
+    auto d_st = to_device(st0, "state", s());
+    DeviceBuffer<float> d_win(sz(n * dc), "windows");
+    DeviceBuffer<T> d_pc(sz(n), "pc"), d_u(sz(n), "u");
+    mc::kern::conv1d_silu_fwd<T>(d_xb.get(), d_w.get(), d_b.get(), B, T_len, di, dc, d_st.get(),
+                                 d_win.get(), d_pc.get(), d_u.get(), s());
+    EXPECT_EQ(to_host(d_win, s()), winP) << tp << "conv windows";
+    EXPECT_EQ(to_host(d_st, s()), stP) << tp << "conv final state";
+    expect_k(tp + "conv_fwd.pc", to_host_typed(d_pc, s()), pcO, pcP, dt);
+    expect_k(tp + "conv_fwd.u", to_host_typed(d_u, s()), uO, uP, dt);
+
+    const auto du = q(uniform(n, 235, -1.0, 1.0));
+    std::vector<float> dxbP(sz(n)), dwP(sz(di * dc), 0.0f), dbP(sz(di), 0.0f), ds0P(sz(B * di * dc));
+    mc::ref::conv1d_silu_bwd<float>(du.data(), pcP.data(), winP.data(), w.data(), B, T_len, di, dc,
+                                    dxbP.data(), dwP.data(), dbP.data(), ds0P.data());
+    dxbP = q(dxbP);
+    const auto dud = to_double(du), pcd = to_double(pcP), wind = to_double(winP);
+    std::vector<double> dxbO(sz(n)), dwO(sz(di * dc), 0.0), dbO(sz(di), 0.0), ds0O(sz(B * di * dc));
+    mc::ref::conv1d_silu_bwd<double>(dud.data(), pcd.data(), wind.data(), wd.data(), B, T_len, di,
+                                     dc, dxbO.data(), dwO.data(), dbO.data(), ds0O.data());
+    // The backward reads P's rounded pc and windows (not the kernel's own forward
+    // outputs), so K, O and P start from identical values.
+    auto d_du = to_device_typed<T>(du, "du", s());
+    auto d_pcq = to_device_typed<T>(pcP, "pc_q", s());
+    auto d_winq = to_device(winP, "windows_q", s());
+    auto d_dw = to_device(std::vector<float>(sz(di * dc), 0.0f), "dw", s());
+    auto d_db = to_device(std::vector<float>(sz(di), 0.0f), "db", s());
+    DeviceBuffer<T> d_dxb(sz(n), "dxb");
+    DeviceBuffer<float> d_ds0(sz(B * di * dc), "d_state0");
+    DeviceBuffer<float> scratch(mc::kern::conv1d_silu_bwd_scratch_floats(B, T_len, di, dc), "scratch");
+    mc::kern::conv1d_silu_bwd<T>(d_du.get(), d_pcq.get(), d_winq.get(), d_w.get(), B, T_len, di, dc,
+                                 d_dxb.get(), d_dw.get(), d_db.get(), d_ds0.get(), scratch.get(),
+                                 s());
+    expect_k(tp + "conv_bwd.dxb", to_host_typed(d_dxb, s()), dxbO, dxbP, dt);
+    expect_k(tp + "conv_bwd.dw", to_host(d_dw, s()), dwO, dwP);
+    expect_k(tp + "conv_bwd.dbias", to_host(d_db, s()), dbO, dbP);
+    expect_k(tp + "conv_bwd.d_state0", to_host(d_ds0, s()), ds0O, ds0P);
+  }
+  {  // softplus with the f32 bias: delta_raw = q(acc + b), delta = q(softplus(delta_raw))
+    const int64_t R = 30, di = 16, n = R * di;
+    const auto acc = uniform(n, 241, -30.0, 30.0), bias = uniform(di, 242, -2.0, 2.0);
+    std::vector<float> rawP(sz(n)), deltaP(sz(n));
+    std::vector<double> rawO(sz(n)), deltaO(sz(n));
+    for (int64_t i = 0; i < n; ++i) {
+      rawP[sz(i)] = mc::round_to(dt, acc[sz(i)] + bias[sz(i % di)]);
+      rawO[sz(i)] = double(acc[sz(i)]) + double(bias[sz(i % di)]);
+    }
+    mc::ref::softplus_fwd<float>(rawP.data(), n, deltaP.data());
+    deltaP = q(deltaP);
+    mc::ref::softplus_fwd<double>(rawO.data(), n, deltaO.data());
+    auto d_acc = to_device(acc, "acc", s());
+    auto d_b = to_device(bias, "bias", s());
+    DeviceBuffer<T> d_raw(sz(n), "delta_raw"), d_delta(sz(n), "delta");
+    mc::kern::softplus_bias_fwd<T>(d_acc.get(), d_b.get(), R, di, d_raw.get(), d_delta.get(), s());
+    const auto rawK = to_host_typed(d_raw, s());
+    EXPECT_EQ(rawK, rawP) << tp << "delta_raw is one RN rounding of the f32 acc + bias";
+    expect_k(tp + "softplus_bias_fwd.delta", to_host_typed(d_delta, s()), deltaO, deltaP, dt);
+  }
+  {  // gating forward / backward
+    const int64_t n = 999;
+    const auto y = q(uniform(n, 251, -3.0, 3.0)), z = q(uniform(n, 252, -8.0, 8.0));
+    const auto dG = q(uniform(n, 253, -1.0, 1.0));
+    std::vector<float> gs(sz(n));
+    for (int64_t i = 0; i < n; ++i) gs[sz(i)] = z[sz(i)] / (1.0f + std::exp(-z[sz(i)]));
+    gs = q(gs);
+    std::vector<float> gP(sz(n)), dYP(sz(n)), dzP(sz(n));
+    mc::ref::gating_fwd<float>(y.data(), gs.data(), n, gP.data());
+    mc::ref::gating_bwd<float>(dG.data(), y.data(), z.data(), gs.data(), n, dYP.data(), dzP.data());
+    gP = q(gP);
+    dYP = q(dYP);
+    dzP = q(dzP);
+    const auto yd = to_double(y), zd = to_double(z), gsd = to_double(gs), dGd = to_double(dG);
+    std::vector<double> gO(sz(n)), dYO(sz(n)), dzO(sz(n));
+    mc::ref::gating_fwd<double>(yd.data(), gsd.data(), n, gO.data());
+    mc::ref::gating_bwd<double>(dGd.data(), yd.data(), zd.data(), gsd.data(), n, dYO.data(),
+                                dzO.data());
+    auto d_y = to_device_typed<T>(y, "y", s());
+    auto d_z = to_device_typed<T>(z, "z", s());
+    auto d_gs = to_device_typed<T>(gs, "gs", s());
+    auto d_dG = to_device_typed<T>(dG, "dG", s());
+    DeviceBuffer<T> d_g(sz(n), "gated"), d_dY(sz(n), "dY"), d_dz(sz(n), "dz");
+    mc::kern::gating_fwd<T>(d_y.get(), d_gs.get(), n, d_g.get(), s());
+    mc::kern::gating_bwd<T>(d_dG.get(), d_y.get(), d_z.get(), d_gs.get(), n, d_dY.get(),
+                            d_dz.get(), s());
+    expect_k(tp + "gating_fwd", to_host_typed(d_g, s()), gO, gP, dt);
+    expect_k(tp + "gating_bwd.dY", to_host_typed(d_dY, s()), dYO, dYP, dt);
+    expect_k(tp + "gating_bwd.dz", to_host_typed(d_dz, s()), dzO, dzP, dt);
+  }
+}
+
+TEST_F(StepParity, TypedKernelsBf16) { check_typed_kernels<__nv_bfloat16>(DType::BF16); }
+TEST_F(StepParity, TypedKernelsF16) { check_typed_kernels<__half>(DType::F16); }
 
 // ---- reductions ----------------------------------------------------------------------------
 
