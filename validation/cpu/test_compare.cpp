@@ -4,9 +4,9 @@
 // f32/bf16/f16, the k-x rule on both sides of its bound, NMSE/rel of a known
 // vector, RNE ties-to-even of storage.hpp, FNV-1a test vectors and the
 // first-bit-difference helper. Every expected value is derived in a comment.
-// Also the per-tensor model comparison used by the GPU suites
-// (validation/gpu/model_harness.hpp), driven here with CPU results in place of
-// the GPU: it must pass an equally accurate result and name a wrong tensor.
+// Also the per-tensor model comparison used by the GPU suites and the CLI
+// (model_check.hpp), driven here with CPU results in place of the GPU: it must
+// pass an equally accurate result and name a wrong tensor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "../gpu/model_harness.hpp"
 #include "compare.hpp"
+#include "model_check.hpp"
+#include "param_layout.hpp"
 #include "storage.hpp"
 
 namespace mc::check {
@@ -334,10 +335,14 @@ TEST(FirstBitDifference, IndexAndUlp) {
 
 // ---------------------------------------- model comparison (harness) ---
 
-using mc::testing::compare_model;
-using mc::testing::make_inputs;
-using mc::testing::ModelInputs;
-using mc::testing::oracle_run;
+ModelInputs make_inputs(const ModelConfig& c, int64_t B, int64_t T, uint64_t seed) {
+  return make_model_inputs(c, B, T, seed, DType::F32);
+}
+// The oracle without storage rounding: double = O, float = P of the f32 pipeline.
+template <class S>
+ModelOutputs<S> oracle_f32(const ModelInputs& in) {
+  return oracle_run<S>(in, DType::F32);
+}
 
 ModelConfig harness_cfg() {
   ModelConfig c;
@@ -352,8 +357,8 @@ ModelConfig harness_cfg() {
 
 TEST(ModelComparison, FloatOracleAgainstItselfPassesEveryTensorWithKOne) {
   const ModelInputs in = make_inputs(harness_cfg(), 2, 9, 7);
-  const auto O = oracle_run<double>(in);
-  const auto P = oracle_run<float>(in);
+  const auto O = oracle_f32<double>(in);
+  const auto P = oracle_f32<float>(in);
   const auto c = compare_model("self", in, P, O, P);
   // out, 2x conv_final, 2x ssm_final, 3 + 2*10 param tensors, d_input, 2x d_conv0, 2x d_ssm0
   EXPECT_EQ(c.tensors.size(), size_t(1 + 2 + 2 + 23 + 1 + 2 + 2));
@@ -367,8 +372,8 @@ TEST(ModelComparison, FloatOracleAgainstItselfPassesEveryTensorWithKOne) {
 
 TEST(ModelComparison, NamesTheWrongGradientTensor) {
   const ModelInputs in = make_inputs(harness_cfg(), 2, 9, 7);
-  const auto O = oracle_run<double>(in);
-  const auto P = oracle_run<float>(in);
+  const auto O = oracle_f32<double>(in);
+  const auto P = oracle_f32<float>(in);
   // A bug-sized error in one element of one tensor (1e-3 relative).
   auto K = P;
   const ParamLayout lay(Dims::from(in.cfg));
@@ -391,9 +396,9 @@ TEST(ModelComparison, RefusesTensorsTooSmallForTheRule) {
   ModelConfig c = harness_cfg();
   c.d_model = 4;  // norm weights, biases, D: 4..8 elements
   const ModelInputs in = make_inputs(c, 1, 3, 9);
-  EXPECT_FALSE(mc::testing::shape_ok_for_k_rule(c, 1, 3));
-  const auto O = oracle_run<double>(in);
-  const auto P = oracle_run<float>(in);
+  EXPECT_FALSE(shape_ok_for_k_rule(c, 1, 3));
+  const auto O = oracle_f32<double>(in);
+  const auto P = oracle_f32<float>(in);
   const auto cmp = compare_model("tiny", in, P, O, P);
   EXPECT_FALSE(cmp.pass());
   EXPECT_NE(cmp.report(true).find("TEST SETUP"), std::string::npos);
@@ -401,8 +406,8 @@ TEST(ModelComparison, RefusesTensorsTooSmallForTheRule) {
 
 TEST(ModelComparison, SizeMismatchFails) {
   const ModelInputs in = make_inputs(harness_cfg(), 1, 5, 3);
-  const auto O = oracle_run<double>(in);
-  const auto P = oracle_run<float>(in);
+  const auto O = oracle_f32<double>(in);
+  const auto P = oracle_f32<float>(in);
   auto K = P;
   K.d_ssm0.clear();  // e.g. the GPU did not produce the state gradient
   const auto c = compare_model("missing", in, K, O, P);

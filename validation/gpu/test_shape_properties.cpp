@@ -70,7 +70,7 @@ double oracle_work(const ModelConfig& c, int64_t B, int64_t T) {
 constexpr double kOracleWorkBudget = 1.6e8;
 
 // Shrinkable shape generator; `max_ds` restricts d_state (64: both scan modes
-// apply). d_model starts at kMinRuleElements (see model_harness.hpp: every
+// apply). d_model starts at kMinRuleElements (see model_check.hpp: every
 // compared tensor needs >= 16 elements for the max-error ratio to be a
 // reliable statistic); when a case exceeds the oracle budget, B, then the
 // layer count, then d_model, then expand are reduced deterministically.
