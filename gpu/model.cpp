@@ -40,9 +40,12 @@ void require_size(const char* what, const V& v, int64_t expected, const char* fo
 }
 
 // Everything that must hold before any device work (ConfigError naming field, value, limit).
-void validate(const ModelConfig& cfg, int64_t B, int64_t T) {
+void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
   const Dims d = Dims::from(cfg);  // validates cfg
   validate_runtime(d, B, T);
+  // the scan route's own limits (d_state per implementation), before any device work
+  kern::check_scan_shape(kern::ScanShape{B, T, d.di, d.ds, d.xd},
+                         use_parallel_scan(opt.scan, T, d.ds));
   std::string reason;
   if (!gpu_available(&reason)) throw GpuUnavailable(reason);
 }
@@ -50,7 +53,7 @@ void validate(const ModelConfig& cfg, int64_t B, int64_t T) {
 }  // namespace
 
 Model::Model(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
-  validate(cfg, B, T);
+  validate(cfg, B, T, opt);
   impl_ = std::make_unique<Impl>(cfg, B, T, opt);
 }
 
