@@ -98,6 +98,9 @@ void add_common_context(const BenchDevice& d, const BenchFlags& f, const std::st
   AddCustomContext("sweep", f.sweep ? "true" : "false");
   AddCustomContext("quick", f.quick ? "true" : "false");
   AddCustomContext("timing", timing);
+  AddCustomContext("timing_note",
+                   "times are CUDA-event manual times; the 'library was built as DEBUG' notice of "
+                   "the Debian libbenchmark concerns its own CPU timers and does not apply");
 }
 
 void progress(const BenchFlags& f, int i, int n, const std::string& name) {
