@@ -52,4 +52,53 @@ void scan_bwd(bool parallel, const ScanShape& s, const T* delta, const T* u, con
               T* d_delta, T* du, float* dB, float* dC, float* dD, float* dA_log, float* dh0,
               void* scratch, cudaStream_t stream);
 
+// Backward of a segment that is followed by more of the same sequence: as
+// scan_bwd, plus dh_final [B, di, ds] f32 (or nullptr = 0), the upstream
+// gradient w.r.t. the FINAL state h_T the forward wrote back. The reverse
+// recurrence then starts from dh_T instead of 0 (matches
+// ref::selective_scan_bwd_chained; used to chain segments / truncated BPTT).
+template <class T>
+void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,
+                      const T* Cm, const float* a_neg, const float* D, const float* h_saved,
+                      const T* dy, const float* dh_final, T* d_delta, T* du, float* dB, float* dC,
+                      float* dD, float* dA_log, float* dh0, void* scratch, cudaStream_t stream);
+
+// ---- Launch geometry (for tests at chunk boundaries and for benchmark reports) ----
+// Parallel kernels: one block of `threads` per (b, d); `lanes` lanes per time
+// segment (one per state n), `segments` segments of `items` timesteps per chunk
+// of `chunk` timesteps; `smem_bytes` dynamic shared memory per block.
+// Sequential kernels: one thread per (b, d) in blocks of `threads`; chunk = T.
+struct ScanGeometry {
+  int threads = 0, lanes = 0, segments = 0, items = 0;
+  int64_t chunk = 0, blocks = 0;
+  size_t smem_bytes = 0;
+};
+ScanGeometry scan_geometry(const ScanShape& s, bool parallel, bool backward);
+
+// ---- Traffic model (for benchmarks: GB/s = min_bytes / time) -----------------
+// The least DRAM traffic any implementation of the op must move, with e =
+// elem_bytes (4 f32, 2 bf16/f16), BT = B*T, S = B*di*ds (one state per (b,d,n)):
+//   forward:  read  delta, u           2*BT*di*e
+//             read  Bm, Cm             2*BT*ds*e   (ds columns each, once — shared by all d)
+//             read  a_neg, D           4*(di*ds + di)
+//             read  h (initial)        4*S
+//             write y                  BT*di*e
+//             write h (final)          4*S
+//             write h_saved (if save)  4*B*(T+1)*di*ds      <- dominant term
+//   backward: read  delta, u, dy       3*BT*di*e
+//             read  Bm, Cm             2*BT*ds*e
+//             read  a_neg, D           4*(di*ds + di)
+//             read  h_saved            4*B*(T+1)*di*ds      <- dominant term
+//             write d_delta, du        2*BT*di*e
+//             write dB, dC             2*4*BT*ds
+//             r+w   dD, dA_log         2*4*(di + di*ds)     (+= accumulation)
+//             write dh0 (if wanted)    4*S
+// This implementation moves more in the backward: the per-(b,t,d,n) dB/dC
+// partials are written and read back once in f32 (+16*B*T*di*ds bytes, see
+// scan_bwd_extra_bytes), and the per-b dD/dA_log partials (negligible).
+size_t scan_fwd_min_bytes(const ScanShape& s, int elem_bytes, bool save);
+size_t scan_bwd_min_bytes(const ScanShape& s, int elem_bytes, bool with_dh0 = false);
+// Bytes this implementation's backward moves beyond scan_bwd_min_bytes.
+size_t scan_bwd_extra_bytes(const ScanShape& s);
+
 }  // namespace mc::kern

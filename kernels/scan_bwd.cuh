@@ -1,0 +1,81 @@
+// scan_bwd.cuh — launcher of the backward selective scan: validates the shape and
+// pointers (mc::ConfigError), picks the kernel and geometry, launches and
+// checks. Defines the public template of scan.cuh; explicitly instantiated per
+// dtype in scan_bwd_{f32,bf16,f16}.cu. Kernels in scan_bwd_kernels.cuh.
+#pragma once
+
+#include <string>
+
+#include "cuda_check.hpp"
+#include "scan_bwd_kernels.cuh"
+
+namespace mc::kern::scan_detail {
+
+// ---- launcher ------------------------------------------------------------------------
+template <class T>
+void launch_scan_bwd(bool parallel, const ScanShape& s, const BwdArgs<T>& args,
+                     cudaStream_t stream) {
+  const std::string name =
+      std::string(parallel ? "scan_bwd_par_kernel<" : "scan_bwd_seq_kernel<") + dtype_name<T>() +
+      ">";
+  if (parallel) {
+    const ParGeom geo = par_geom(s.T, s.ds);
+    const size_t smem = par_bwd_smem_floats(geo, s.ds) * sizeof(float);
+    set_smem_limit(reinterpret_cast<const void*>(&scan_bwd_par_kernel<T>), smem, name.c_str());
+    launch(&scan_bwd_par_kernel<T>, dim3(unsigned(s.B * s.di)), dim3(geo.threads), smem, stream,
+           args, geo);
+  } else {
+    const dim3 grid(unsigned((s.B * s.di + kSeqThreads - 1) / kSeqThreads));
+    launch(&scan_bwd_seq_kernel<T>, grid, dim3(kSeqThreads), 0, stream, args);
+  }
+  MC_LAUNCH_CHECK(name.c_str());
+}
+
+}  // namespace mc::kern::scan_detail
+
+namespace mc::kern {
+
+// Definitions of the public entry points (scan.cuh); explicitly instantiated
+// per dtype in scan_bwd_{f32,bf16,f16}.cu.
+template <class T>
+void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,
+                      const T* Cm, const float* a_neg, const float* D, const float* h_saved,
+                      const T* dy, const float* dh_final, T* d_delta, T* du, float* dB, float* dC,
+                      float* dD, float* dA_log, float* dh0, void* scratch, cudaStream_t stream) {
+  using namespace scan_detail;
+  check_scan_shape(s, parallel);
+  const char* fn = "scan_bwd";
+  require_ptr(fn, "delta", delta);
+  require_ptr(fn, "u", u);
+  require_ptr(fn, "Bm", Bm);
+  require_ptr(fn, "Cm", Cm);
+  require_ptr(fn, "a_neg", a_neg);
+  require_ptr(fn, "D", D);
+  require_ptr(fn, "h_saved", h_saved);
+  require_ptr(fn, "dy", dy);
+  require_ptr(fn, "d_delta", d_delta);
+  require_ptr(fn, "du", du);
+  require_ptr(fn, "dB", dB);
+  require_ptr(fn, "dC", dC);
+  require_ptr(fn, "dD", dD);
+  require_ptr(fn, "dA_log", dA_log);
+  require_ptr(fn, "scratch", scratch);
+  const BwdScratch sc = carve_bwd_scratch(s, scratch);
+  const BwdArgs<T> args{s,  delta,      u,          Bm,         Cm,         a_neg,
+                        D,  h_saved,    dy,         dh_final,   d_delta,    du,
+                        sc.dB_part, sc.dC_part, sc.dAlog_part, sc.dD_part, dh0};
+  launch_scan_bwd<T>(parallel, s, args, stream);
+  launch_reduce_over_d(s, sc.dB_part, sc.dC_part, dB, dC, stream);
+  launch_reduce_over_b(s, sc.dAlog_part, sc.dD_part, dA_log, dD, stream);
+}
+
+template <class T>
+void scan_bwd(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,
+              const T* Cm, const float* a_neg, const float* D, const float* h_saved, const T* dy,
+              T* d_delta, T* du, float* dB, float* dC, float* dD, float* dA_log, float* dh0,
+              void* scratch, cudaStream_t stream) {
+  scan_bwd_chained<T>(parallel, s, delta, u, Bm, Cm, a_neg, D, h_saved, dy, nullptr, d_delta, du,
+                      dB, dC, dD, dA_log, dh0, scratch, stream);
+}
+
+}  // namespace mc::kern

@@ -1,0 +1,266 @@
+// scan_bwd_kernels.cuh — backward selective-scan kernels (spec §4.3 B3),
+// device code only (the launcher is scan_bwd.cuh), templated on the storage
+// type T.
+//
+// Per (b, d, n), walking t = T-1..0 with e = dA_{t+1}·dh_{t+1} (e_T = dh_final or 0):
+//   dA     = exp(δ_t·A[n])                       (recomputed; not stored by the forward)
+//   dh     = dy_t·C_t[n] + e
+//   dCp    = dy_t·h_t[n]          (h_t = h_saved[t+1])   -> partial [b,t,d,n]
+//   dBp    = dh·(δ_t·u_t)                                 -> partial [b,t,d,n]
+//   dδ_t  += dh·(A[n]·dA·h_{t-1}[n] + u_t·B_t[n])         (h_{t-1} = h_saved[t])
+//   du_t  += dh·δ_t·B_t[n]        (plus dy_t·D[d] once)
+//   dA_log[n] += dh·dA·δ_t·A[n]·h_{t-1}[n]                (∂A/∂A_log = A)
+//   e      = dA·dh
+// and dD += Σ_t dy_t·u_t; after t = 0, e = ∂L/∂h_init -> dh0.
+// Carrying e instead of dh makes the reverse recurrence use step-t data only:
+// e_t = dA_t·(dy_t·C_t + e_{t+1}), an affine map e_{t+1} -> α·e_{t+1} + β, which
+// is what the parallel kernel composes per segment.
+//
+// Outputs of the kernels (all "=", no atomics): d_delta, du (typed, RN), the
+// f32 partials dB_part/dC_part [B,T,di,ds] (kept in f32 for every dtype — spec
+// pitfall 18 avoided), dAlog_part [B,di,ds], dD_part [B,di], dh0. Fixed-order
+// reduction kernels (scan_reduce.cu) then sum over d and over b.
+//
+// Parallel kernel: same segmented-lanes layout as the forward (scan_fwd_kernels.cuh),
+// walked backwards: chunks from last to first, inside a chunk the segment
+// prefix composes the LATER segments (g_end down to g+1) onto the carry from
+// the next chunk; the first segment's final e is the carry for the previous
+// chunk (and dh0 for chunk 0).
+#pragma once
+
+#include "scan_common.cuh"
+
+namespace mc::kern::scan_detail {
+
+// ---- sequential --------------------------------------------------------------------
+// grid_1d(B*di) x kSeqThreads; thread (b, d) loops t = T-1..0 and n = 0..ds-1.
+// Registers: e[64], dal[64]; A is re-read from a_neg (L1) to keep spills away.
+template <class T>
+__global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks) scan_bwd_seq_kernel(BwdArgs<T> p) {
+  const ScanShape& s = p.s;
+  const int64_t bd = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // = b*di + d
+  if (bd >= s.B * s.di) return;  // grid tail only
+  const int64_t b = bd / s.di, d = bd - b * s.di;
+  const int ds = int(s.ds);
+  const float* a_row = p.a_neg + d * s.ds;
+  const float Dd = p.D[d];
+
+  float e[kSeqMaxState];    // dA_{t+1}·dh_{t+1}
+  float dal[kSeqMaxState];  // Σ_t dh·dA·δ·A·h_{t-1}
+#pragma unroll
+  for (int n = 0; n < kSeqMaxState; ++n) {
+    e[n] = (n < ds && p.dh_final) ? p.dh_final[bd * s.ds + n] : 0.f;
+    dal[n] = 0.f;
+  }
+  float dD_acc = 0.f;
+
+  for (int64_t t = s.T - 1; t >= 0; --t) {
+    const int64_t ia = act_idx(s, b, t, d);
+    const float dl = load_f32(p.delta + ia);
+    const float uv = load_f32(p.u + ia);
+    const float dyv = load_f32(p.dy + ia);
+    const float dlu = dl * uv;
+    dD_acc = fmaf(dyv, uv, dD_acc);
+    float du_acc = dyv * Dd;
+    float dd_acc = 0.f;
+    const T* Brow = p.Bm + bc_idx(s, b, t, 0);
+    const T* Crow = p.Cm + bc_idx(s, b, t, 0);
+    const float* hc_row = p.h_saved + hs_idx(s, b, t + 1, d, 0);  // h_t
+    const float* hp_row = p.h_saved + hs_idx(s, b, t, d, 0);      // h_{t-1}
+    float* dBp = p.dB_part + part_idx(s, b, t, d, 0);
+    float* dCp = p.dC_part + part_idx(s, b, t, d, 0);
+#pragma unroll
+    for (int n = 0; n < kSeqMaxState; ++n) {
+      if (n < ds) {
+        const float a = __ldg(a_row + n);
+        const float bv = load_f32(Brow + n);
+        const float cv = load_f32(Crow + n);
+        const float hp = __ldg(hp_row + n);
+        const float dA = expf(dl * a);
+        const float dh = fmaf(dyv, cv, e[n]);
+        dCp[n] = dyv * __ldg(hc_row + n);
+        dBp[n] = dh * dlu;
+        dd_acc = fmaf(dh, fmaf(a * dA, hp, uv * bv), dd_acc);
+        du_acc = fmaf(dh, dl * bv, du_acc);
+        dal[n] = fmaf(dh * dA, dl * a * hp, dal[n]);
+        e[n] = dA * dh;
+      }
+    }
+    store_rn(p.d_delta + ia, dd_acc);
+    store_rn(p.du + ia, du_acc);
+  }
+#pragma unroll
+  for (int n = 0; n < kSeqMaxState; ++n) {
+    if (n < ds) {
+      p.dAlog_part[bd * s.ds + n] = dal[n];
+      if (p.dh0) p.dh0[bd * s.ds + n] = e[n];
+    }
+  }
+  p.dD_part[bd] = dD_acc;
+}
+
+// ---- parallel ------------------------------------------------------------------------
+// grid (B*di) x geo.threads, dynamic smem par_bwd_smem_floats(geo, ds) floats:
+//   agg_a [groups][ds] | agg_b [groups][ds] | carry [2][ds] | dal [groups][ds] |
+//   rdd [sw][part_ld] | rdu [sw][part_ld] | red [threads]
+template <class T>
+__global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
+    scan_bwd_par_kernel(BwdArgs<T> p, ParGeom geo) {
+  extern __shared__ float smem[];
+  const ScanShape& s = p.s;
+  const int64_t bd = blockIdx.x;  // = b*di + d
+  const int64_t b = bd / s.di, d = bd - b * s.di;
+  const int ds = int(s.ds);
+  const int SW = geo.sw, G = geo.groups, CT = geo.chunk;
+  const int tid = threadIdx.x;
+  const int j = tid & (SW - 1);  // state lane
+  const int g = tid / SW;        // time segment
+  const int r_ld = part_ld(geo);
+
+  float* agg_a = smem;
+  float* agg_b = agg_a + G * ds;
+  float* carry = agg_b + G * ds;
+  float* dal = carry + 2 * ds;
+  float* rdd = dal + G * ds;
+  float* rdu = rdd + SW * r_ld;
+  float* red = rdu + SW * r_ld;
+
+  const float* a_row = p.a_neg + d * s.ds;
+  const float Dd = p.D[d];
+
+  for (int n = tid; n < ds; n += blockDim.x) {
+    carry[n] = p.dh_final ? p.dh_final[bd * s.ds + n] : 0.f;
+    carry[ds + n] = 0.f;
+  }
+  for (int i = tid; i < G * ds; i += blockDim.x) dal[i] = 0.f;
+  float dD_acc = 0.f;  // Σ dy·u over the timesteps this thread outputs
+  // (made visible by the first barrier below)
+
+  for (int64_t cc = 0; cc < geo.nchunks; ++cc) {
+    const int64_t c = geo.nchunks - 1 - cc;  // chunks last to first
+    const int64_t c0 = c * CT;
+    const int64_t t0 = c0 + int64_t(g) * kItems;
+    const int nvalid = int(max(int64_t(0), min(int64_t(kItems), s.T - t0)));
+    const int g_end = int(min(int64_t(G - 1), (s.T - 1 - c0) / kItems));
+    const float* carry_in = carry + (cc & 1) * ds;
+    float* carry_out = carry + ((cc + 1) & 1) * ds;
+
+    float dl[kItems], uu[kItems], dyv[kItems], pdd[kItems], pdu[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      dl[k] = 0.f;
+      uu[k] = 0.f;
+      dyv[k] = 0.f;
+      pdd[k] = 0.f;
+      pdu[k] = 0.f;
+      if (k < nvalid) {
+        const int64_t ia = act_idx(s, b, t0 + k, d);
+        dl[k] = load_f32(p.delta + ia);
+        uu[k] = load_f32(p.u + ia);
+        dyv[k] = load_f32(p.dy + ia);
+      }
+    }
+
+    // pass 1: reverse aggregates e_in -> α·e_in + β, needed only by earlier
+    // segments (0 < g <= g_end)
+    if (g > 0 && g <= g_end) {
+      for (int n = j; n < ds; n += SW) {
+        const float a = a_row[n];
+        const T* Ccol = p.Cm + bc_idx(s, b, t0, n);
+        float A = 1.f, Bc = 0.f;
+#pragma unroll
+        for (int k = kItems - 1; k >= 0; --k) {
+          if (k < nvalid) {
+            const float dA = expf(dl[k] * a);
+            A *= dA;
+            Bc = dA * fmaf(dyv[k], load_f32(Ccol + k * s.ld_bc), Bc);
+          }
+        }
+        agg_a[g * ds + n] = A;
+        agg_b[g * ds + n] = Bc;
+      }
+    }
+    __syncthreads();
+
+    // pass 2: suffix from later segments, then re-run the segment backwards
+    if (g <= g_end) {
+      const int64_t hs_step = s.di * s.ds;
+      const int64_t part_step = s.di * s.ds;
+      for (int n = j; n < ds; n += SW) {
+        const float a = a_row[n];
+        float e = carry_in[n];
+        for (int gp = g_end; gp > g; --gp) e = fmaf(agg_a[gp * ds + n], e, agg_b[gp * ds + n]);
+        const T* Bcol = p.Bm + bc_idx(s, b, t0, n);
+        const T* Ccol = p.Cm + bc_idx(s, b, t0, n);
+        const float* hs = p.h_saved + hs_idx(s, b, t0, d, n);  // row t0 = h_{t0-1}
+        float* dBp = p.dB_part + part_idx(s, b, t0, d, n);
+        float* dCp = p.dC_part + part_idx(s, b, t0, d, n);
+        float hc = __ldg(hs + nvalid * hs_step);  // h_t for the last valid t of the segment
+        float dal_seg = 0.f;
+#pragma unroll
+        for (int k = kItems - 1; k >= 0; --k) {
+          if (k < nvalid) {
+            const float hp = __ldg(hs + k * hs_step);
+            const float bv = load_f32(Bcol + k * s.ld_bc);
+            const float cv = load_f32(Ccol + k * s.ld_bc);
+            const float dA = expf(dl[k] * a);
+            const float dh = fmaf(dyv[k], cv, e);
+            dCp[k * part_step] = dyv[k] * hc;
+            dBp[k * part_step] = dh * (dl[k] * uu[k]);
+            pdd[k] = fmaf(dh, fmaf(a * dA, hp, uu[k] * bv), pdd[k]);
+            pdu[k] = fmaf(dh, dl[k] * bv, pdu[k]);
+            dal_seg = fmaf(dh * dA, dl[k] * a * hp, dal_seg);
+            e = dA * dh;
+            hc = hp;
+          }
+        }
+        dal[g * ds + n] += dal_seg;  // entry owned by this thread
+        if (g == 0) {
+          carry_out[n] = e;
+          if (c == 0 && p.dh0) p.dh0[bd * s.ds + n] = e;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        rdd[j * r_ld + g * kItemStride + k] = pdd[k];
+        rdu[j * r_ld + g * kItemStride + k] = pdu[k];
+      }
+    }
+    __syncthreads();
+
+    // output: one thread per slot q = g*kItemStride + k, lanes summed in ascending j
+    for (int q = tid; q < G * kItemStride; q += blockDim.x) {
+      const int k = q % kItemStride;
+      const int64_t t = c0 + int64_t(q / kItemStride) * kItems + k;
+      if (k < kItems && t < s.T) {
+        const int64_t ia = act_idx(s, b, t, d);
+        const float dyt = load_f32(p.dy + ia);
+        dD_acc = fmaf(dyt, load_f32(p.u + ia), dD_acc);
+        float sdd = 0.f, sdu = dyt * Dd;
+        for (int jj = 0; jj < SW; ++jj) {
+          sdd += rdd[jj * r_ld + q];
+          sdu += rdu[jj * r_ld + q];
+        }
+        store_rn(p.d_delta + ia, sdd);
+        store_rn(p.du + ia, sdu);
+      }
+    }
+    // rdd/rdu/agg/carry_in are next written after the next chunk's first barrier.
+  }
+
+  // dA_log partial: Σ over segments g ascending; dD partial: fixed halving tree.
+  red[tid] = dD_acc;
+  __syncthreads();
+  for (int n = tid; n < ds; n += blockDim.x) {
+    float acc = 0.f;
+    for (int gg = 0; gg < G; ++gg) acc += dal[gg * ds + n];
+    p.dAlog_part[bd * s.ds + n] = acc;
+  }
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (tid < half) red[tid] += red[tid + half];
+    __syncthreads();
+  }
+  if (tid == 0) p.dD_part[bd] = red[0];
+}
+
+}  // namespace mc::kern::scan_detail

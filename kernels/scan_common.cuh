@@ -1,0 +1,205 @@
+// scan_common.cuh — internals shared by the selective-scan kernels (scan.cuh):
+// typed load/store (upcast to f32 on load, one round-to-nearest-even on
+// store), 64-bit index helpers for every scan tensor, the launch geometry of
+// the chunked parallel kernels, the scratch layout of the backward, and the
+// fixed-order reduction launchers. Included by kernels/scan_*.cu only.
+//
+// Geometry of the parallel kernels (one block per (b, d); docs in scan_fwd_kernels.cuh):
+//   sw      lanes that share one time segment, one lane per state n (n = j, j+sw, ...);
+//           sw = min(32, next_pow2(ds)), so a lane group never straddles a warp
+//   groups  time segments per chunk; threads = groups * sw
+//   chunk   timesteps per chunk = groups * kItems (each thread owns kItems consecutive t)
+// It is a pure function of (T, ds) — fixed launch geometry is part of the
+// determinism contract (spec §5.1.7): same shape, same summation order, same bits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "scan.cuh"
+
+// ---- launch seam ---------------------------------------------------------------------
+// Every scan kernel launch goes through scan_detail::launch(). Under nvcc it is a
+// plain <<<grid, block, smem, stream>>> launch. A host-compiler build that defines
+// MC_SCAN_HOST_EMULATION gets scan_emulation.cuh's CPU implementation instead (and
+// the CUDA built-ins the kernels use): it runs the unmodified kernels on the CPU,
+// one fiber per CUDA thread — to exercise kernel logic, geometry and barrier
+// placement on machines without a GPU.
+#if defined(MC_SCAN_HOST_EMULATION)
+#include "scan_emulation.cuh"
+#else
+namespace mc::kern::scan_detail {
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+            const A&... args) {
+  kernel<<<grid, block, smem_bytes, stream>>>(args...);
+}
+}  // namespace mc::kern::scan_detail
+#endif
+
+namespace mc::kern::scan_detail {
+
+// ---- constants -----------------------------------------------------------------
+constexpr int kItems = 12;         // consecutive timesteps per thread per chunk (parallel)
+constexpr int kItemStride = 16;    // smem slots per segment in the per-lane partial arrays
+constexpr int kMaxParThreads = 256;
+constexpr int kMinParBlocks = 2;   // launch bounds: <= 128 registers, no spills at kItems = 12
+constexpr int kSeqThreads = 128;   // block size of the sequential kernels
+constexpr int kMinSeqBlocks = 2;   // launch bounds: lets ptxas keep the 64-entry state arrays unspilled
+constexpr int kSeqMaxState = 64;   // = Limits::kMaxSeqScanDState (register arrays)
+static_assert(kSeqMaxState == int(Limits::kMaxSeqScanDState), "sequential state bound");
+
+// ---- dtype helpers (spec §6: typed loads upcast, all math f32, RN stores) -------
+__device__ __forceinline__ float load_f32(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float load_f32(const __nv_bfloat16* p) {
+  return __bfloat162float(__ldg(p));
+}
+__device__ __forceinline__ float load_f32(const __half* p) { return __half2float(__ldg(p)); }
+
+__device__ __forceinline__ void store_rn(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store_rn(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store_rn(__half* p, float x) { *p = __float2half_rn(x); }
+
+template <class T>
+constexpr const char* dtype_name();
+template <>
+constexpr const char* dtype_name<float>() { return "f32"; }
+template <>
+constexpr const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
+template <>
+constexpr const char* dtype_name<__half>() { return "f16"; }
+
+// ---- 64-bit indexing of the scan tensors ---------------------------------------
+// [B, T, di] activations (delta, u, y, dy, d_delta, du)
+__host__ __device__ __forceinline__ int64_t act_idx(const ScanShape& s, int64_t b, int64_t t,
+                                                    int64_t d) {
+  return (b * s.T + t) * s.di + d;
+}
+// [B*T rows, ld_bc] Bm / Cm
+__host__ __device__ __forceinline__ int64_t bc_idx(const ScanShape& s, int64_t b, int64_t t,
+                                                   int64_t n) {
+  return (b * s.T + t) * s.ld_bc + n;
+}
+// [B, T+1, di, ds] h_saved; tp = 0 is the initial state, tp = t+1 the state after step t
+__host__ __device__ __forceinline__ int64_t hs_idx(const ScanShape& s, int64_t b, int64_t tp,
+                                                   int64_t d, int64_t n) {
+  return ((b * (s.T + 1) + tp) * s.di + d) * s.ds + n;
+}
+// [B, T, di, ds] per-(b,t,d,n) dB / dC partials of the backward
+__host__ __device__ __forceinline__ int64_t part_idx(const ScanShape& s, int64_t b, int64_t t,
+                                                     int64_t d, int64_t n) {
+  return ((b * s.T + t) * s.di + d) * s.ds + n;
+}
+
+// ---- kernel arguments --------------------------------------------------------------
+template <class T>
+struct FwdArgs {
+  ScanShape s;
+  const T* delta;      // [B, T, di]
+  const T* u;          // [B, T, di]
+  const T* Bm;         // [B*T, ld_bc]
+  const T* Cm;         // [B*T, ld_bc]
+  const float* a_neg;  // [di, ds]
+  const float* D;      // [di]
+  float* h;            // [B, di, ds] in: initial, out: final
+  float* h_saved;      // [B, T+1, di, ds] or nullptr (nosave instantiation)
+  T* y;                // [B, T, di]
+};
+
+template <class T>
+struct BwdArgs {
+  ScanShape s;
+  const T* delta;           // [B, T, di]
+  const T* u;               // [B, T, di]
+  const T* Bm;              // [B*T, ld_bc]
+  const T* Cm;              // [B*T, ld_bc]
+  const float* a_neg;       // [di, ds]
+  const float* D;           // [di]
+  const float* h_saved;     // [B, T+1, di, ds]
+  const T* dy;              // [B, T, di]
+  const float* dh_final;    // [B, di, ds] or nullptr (= 0)
+  T* d_delta;               // [B, T, di] (=)
+  T* du;                    // [B, T, di] (=)
+  float* dB_part;           // [B, T, di, ds] (=) scratch
+  float* dC_part;           // [B, T, di, ds] (=) scratch
+  float* dAlog_part;        // [B, di, ds] (=) scratch
+  float* dD_part;           // [B, di] (=) scratch
+  float* dh0;               // [B, di, ds] (=) or nullptr
+};
+
+// ---- parallel geometry -----------------------------------------------------------
+struct ParGeom {
+  int sw;           // lanes per time segment (power of two <= 32)
+  int groups;       // time segments per chunk
+  int threads;      // = groups * sw
+  int chunk;        // timesteps per chunk = groups * kItems
+  int64_t nchunks;  // ceil(T / chunk)
+};
+
+inline ParGeom par_geom(int64_t T, int64_t ds) {
+  int sw = 1;
+  while (sw < ds && sw < 32) sw *= 2;
+  // 16 segments of kItems steps per chunk where the block stays within 64..256
+  // threads; tiny d_state gets more segments per chunk instead of tiny blocks.
+  int threads = sw * 16;
+  if (threads < 64) threads = 64;
+  if (threads > kMaxParThreads) threads = kMaxParThreads;
+  ParGeom g;
+  g.sw = sw;
+  g.threads = threads;
+  g.groups = threads / sw;
+  g.chunk = g.groups * kItems;
+  g.nchunks = (T + g.chunk - 1) / g.chunk;
+  return g;
+}
+
+// Row length of the per-lane partial arrays [sw][part_ld]: segment g, step k sits
+// at g*kItemStride + k; the +1 makes the row stride odd, so a warp writing
+// (lane j, segment g) pairs and a warp reading one row are both bank-conflict free.
+__host__ __device__ inline int part_ld(const ParGeom& g) { return g.groups * kItemStride + 1; }
+
+// Shared memory (floats) of the parallel kernels; layouts in scan_{fwd,bwd}_kernels.cuh.
+inline size_t par_fwd_smem_floats(const ParGeom& g, int64_t ds) {
+  return size_t(2 * g.groups * ds)          // segment aggregates (A, B)
+         + size_t(2 * ds)                   // double-buffered chunk carry
+         + size_t(g.sw) * part_ld(g);       // per-lane y partials
+}
+inline size_t par_bwd_smem_floats(const ParGeom& g, int64_t ds) {
+  return size_t(2 * g.groups * ds)          // segment aggregates (A, B)
+         + size_t(2 * ds)                   // double-buffered chunk carry
+         + size_t(g.groups * ds)            // dA_log accumulators
+         + size_t(2 * g.sw) * part_ld(g)    // per-lane d_delta / du partials
+         + size_t(g.threads);               // dD block reduction
+}
+
+// ---- backward scratch ---------------------------------------------------------------
+struct BwdScratch {
+  float* dB_part;     // [B, T, di, ds]
+  float* dC_part;     // [B, T, di, ds]
+  float* dAlog_part;  // [B, di, ds]
+  float* dD_part;     // [B, di]
+};
+// Byte offsets of the four parts (each 256-byte aligned relative to the base);
+// offsets[4] is the total size.
+void bwd_scratch_offsets(const ScanShape& s, size_t offsets[5]);
+BwdScratch carve_bwd_scratch(const ScanShape& s, void* scratch);
+
+// ---- fixed-order reductions (scan_reduce.cu) ------------------------------------------
+// dB_part, dC_part [B*T, di, ds] -> dB, dC [B*T, ds] (=), d ascending from 0.
+void launch_reduce_over_d(const ScanShape& s, const float* dB_part, const float* dC_part,
+                          float* dB, float* dC, cudaStream_t stream);
+// dAlog_part [B, di, ds] -> dA_log [di, ds] (+=); dD_part [B, di] -> dD [di] (+=); b ascending.
+void launch_reduce_over_b(const ScanShape& s, const float* dAlog_part, const float* dD_part,
+                          float* dA_log, float* dD, cudaStream_t stream);
+
+// ---- host-side validation ----------------------------------------------------------
+// Null-pointer check with the launcher and argument named (mc::ConfigError).
+void require_ptr(const char* fn, const char* name, const void* p);
+// Sets the dynamic shared memory limit when a launch needs more than 48 KiB.
+void set_smem_limit(const void* kernel, size_t bytes, const char* name);
+
+}  // namespace mc::kern::scan_detail

@@ -1,0 +1,166 @@
+// scan_emulation.cuh — CPU execution of the unmodified scan kernels, for
+// checking kernel logic (indexing, chunking, carries, barrier placement) on a
+// machine without a GPU. Only compiled by a host compiler with
+// -DMC_SCAN_HOST_EMULATION (scan_common.cuh includes it in place of the
+// <<<>>> launch); never part of the CUDA build.
+//
+// Model: a grid runs block after block; the threads of a block are fibers
+// (ucontext) on one OS thread. A fiber runs until __syncthreads() or its end;
+// when every live fiber of the block has reached the barrier, all of them are
+// resumed. Between barriers the fibers run one after another, in ascending
+// thread order or, with emu::set_reverse_order(true), descending — a kernel
+// whose results depend on that order has a shared-memory race (a poor man's
+// racecheck). Shared memory is refilled with NaN before every block, so a read
+// of never-written shared memory poisons the result. Not thread-safe; one
+// launch at a time.
+#pragma once
+
+#if !defined(MC_SCAN_HOST_EMULATION) || defined(__CUDACC__)
+#error "scan_emulation.cuh is for host-compiler emulation builds only"
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace mc::kern::emu {
+
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  uint3 tid;
+  bool done = false;
+  bool at_barrier = false;
+};
+
+struct BlockState {
+  ucontext_t sched;
+  std::vector<Fiber> fibers;
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  size_t smem_floats = 0;  // requested dynamic shared memory
+  uint3 bid;
+  dim3 bdim, gdim;
+  bool reverse = false;
+};
+
+inline BlockState& state() {
+  static BlockState s;
+  return s;
+}
+
+inline void set_reverse_order(bool r) { state().reverse = r; }
+
+// Shared memory of the running block (the kernels' `extern __shared__ float smem[]`).
+constexpr size_t kSmemFloats = size_t(1) << 16;
+
+inline void fiber_entry() {
+  BlockState& s = state();
+  (*s.body)();
+  s.current->done = true;
+  swapcontext(&s.current->ctx, &s.sched);
+}
+
+inline void syncthreads() {
+  BlockState& s = state();
+  s.current->at_barrier = true;
+  swapcontext(&s.current->ctx, &s.sched);
+}
+
+inline void fill_smem_nan(size_t floats);  // defined after the smem array (scan_detail)
+
+inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
+  BlockState& s = state();
+  if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1)
+    throw std::runtime_error("emulation: only 1-D grids and blocks");
+  const unsigned nt = block.x;
+  s.fibers.resize(nt);
+  for (auto& f : s.fibers)
+    if (f.stack.size() < (1 << 16)) f.stack.resize(1 << 16);
+  s.body = &body;
+  s.bdim = block;
+  s.gdim = grid;
+  for (unsigned bx = 0; bx < grid.x; ++bx) {
+    s.bid = uint3{bx, 0, 0};
+    fill_smem_nan(s.smem_floats);
+    for (unsigned i = 0; i < nt; ++i) {
+      Fiber& f = s.fibers[i];
+      f.tid = uint3{i, 0, 0};
+      f.done = false;
+      f.at_barrier = false;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack.data();
+      f.ctx.uc_stack.ss_size = f.stack.size();
+      f.ctx.uc_link = nullptr;
+      makecontext(&f.ctx, fiber_entry, 0);
+    }
+    for (;;) {
+      for (unsigned k = 0; k < nt; ++k) {
+        Fiber& f = s.fibers[s.reverse ? nt - 1 - k : k];
+        if (f.done) continue;
+        f.at_barrier = false;
+        s.current = &f;
+        swapcontext(&s.sched, &f.ctx);
+      }
+      unsigned done = 0, waiting = 0;
+      for (auto& f : s.fibers) {
+        done += f.done;
+        waiting += f.at_barrier;
+      }
+      if (done == nt) break;
+      if (done != 0)
+        throw std::runtime_error("emulation: __syncthreads reached by " + std::to_string(waiting) +
+                                 " threads while " + std::to_string(done) + " had exited");
+    }
+  }
+  s.current = nullptr;
+}
+
+}  // namespace mc::kern::emu
+
+// The CUDA built-ins the kernels use, for the host compiler.
+#define threadIdx (::mc::kern::emu::state().current->tid)
+#define blockIdx (::mc::kern::emu::state().bid)
+#define blockDim (::mc::kern::emu::state().bdim)
+#define gridDim (::mc::kern::emu::state().gdim)
+#define __launch_bounds__(...)
+inline void __syncthreads() { ::mc::kern::emu::syncthreads(); }
+inline float __ldg(const float* p) { return *p; }
+inline __nv_bfloat16 __ldg(const __nv_bfloat16* p) { return *p; }
+inline __half __ldg(const __half* p) { return *p; }
+using std::max;
+using std::min;
+
+namespace mc::kern::scan_detail {
+
+inline float smem[emu::kSmemFloats];
+
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
+            const A&... args) {
+  if (smem_bytes > sizeof(smem))
+    throw std::runtime_error("emulation: launch asks for " + std::to_string(smem_bytes) +
+                             " B of shared memory");
+  const std::tuple<std::decay_t<P>...> targs(args...);
+  const std::function<void()> body = [&] { std::apply(kernel, targs); };
+  emu::state().smem_floats = (smem_bytes + sizeof(float) - 1) / sizeof(float);
+  emu::run_grid(grid, block, body);
+}
+
+}  // namespace mc::kern::scan_detail
+
+inline void mc::kern::emu::fill_smem_nan(size_t floats) {
+  for (size_t i = 0; i < floats && i < kSmemFloats; ++i)
+    scan_detail::smem[i] = std::numeric_limits<float>::quiet_NaN();
+}
