@@ -78,9 +78,9 @@ void add_common_context(const BenchDevice& d, const BenchFlags& f, const std::st
   AddCustomContext("cuda_driver", cuda_version_string(i.driver_version));
   AddCustomContext("cuda_runtime", cuda_version_string(i.runtime_version));
   AddCustomContext("cublas_version", cublas_version_string(i.cublas_version));
-  AddCustomContext("git_sha", kGitSha);
-  AddCustomContext("git_tree", kGitDirty);
-  AddCustomContext("build_flags", kBuildFlags);
+  AddCustomContext("git_sha", build::kGitSha);
+  AddCustomContext("git_tree", build::kGitDirty);
+  AddCustomContext("build_flags", build::kBuildFlags);
   std::ostringstream pk;
   pk.precision(6);
   pk << d.copy.best_gbps;

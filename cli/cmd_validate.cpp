@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "build_info.hpp"
 #include "builtin_configs.hpp"
 #include "commands.hpp"
 #include "gradcheck.hpp"
@@ -179,11 +180,31 @@ std::vector<ScanMode> parse_scans(const std::string& s) {
   return {parse_scan_mode(s)};
 }
 
-void write_json(const std::string& path, const Summary& s, const std::string& device) {
+// Context keys shared with the benchmark JSON (reports/README.md): what a
+// bitwise or precision claim depends on.
+std::string context_json(bool gpu, gpu::GemmMath gemm, uint64_t seed) {
+  std::ostringstream os;
+  os << "{\"tool\": \"mambacheck validate\", \"git_sha\": \"" << build::kGitSha
+     << "\", \"git_tree\": \"" << build::kGitDirty << "\", \"build_flags\": \""
+     << io::json_escape(build::kBuildFlags) << "\", \"seed\": " << seed
+     << ", \"f32_gemm\": \"" << gpu::to_string(gemm) << "\"";
+  if (gpu) {
+    const gpu::DeviceInfo d = gpu::device_info(0);
+    os << ", \"gpu_name\": \"" << io::json_escape(d.name) << "\", \"gpu_cc\": \"" << d.cc_major
+       << "." << d.cc_minor << "\", \"gpu_sm_count\": " << d.sm_count
+       << ", \"cuda_driver\": " << d.driver_version << ", \"cuda_runtime\": " << d.runtime_version
+       << ", \"cublas_version\": " << d.cublas_version;
+  } else {
+    os << ", \"gpu_name\": \"none\"";
+  }
+  os << "}";
+  return os.str();
+}
+
+void write_json(const std::string& path, const Summary& s, const std::string& context) {
   std::ofstream f(path);
   if (!f) throw std::runtime_error("cannot write --json file '" + path + "'");
-  f << "{\n  \"context\": {\"tool\": \"mambacheck validate\", \"device\": \""
-    << io::json_escape(device) << "\"},\n  \"oracle_checks\": [\n    " << s.oracle_json.str()
+  f << "{\n  \"context\": " << context << ",\n  \"oracle_checks\": [\n    " << s.oracle_json.str()
     << "\n  ],\n  \"precision\": [\n    " << s.precision_json.str() << "\n  ]\n}\n";
 }
 
@@ -235,7 +256,7 @@ int cmd_validate(int argc, char** argv) {
   }
   std::printf("\n%zu checks, %d failed; %s\n", s.rows.size(), failed,
               gpu ? ("GPU: " + device).c_str() : "ran the CPU checks only (no GPU checks)");
-  if (args.has("json")) write_json(args.get("json", ""), s, device);
+  if (args.has("json")) write_json(args.get("json", ""), s, context_json(gpu, gemm, seed));
   return failed ? 1 : 0;
 }
 

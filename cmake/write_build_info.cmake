@@ -1,4 +1,4 @@
-# write_build_info.cmake — cmake -P script run at every build of the benchmarks:
+# write_build_info.cmake — cmake -P script run at every build (target mc_build_info):
 # asks git for the revision of SOURCE_DIR and whether tracked files differ from
 # it, and writes OUT from TEMPLATE (configure_file leaves OUT untouched when the
 # content is unchanged, so nothing recompiles needlessly).
