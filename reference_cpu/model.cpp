@@ -1,7 +1,7 @@
 // model.cpp — the CPU oracle's Mamba-1 layer (F1–F6 / B0–B8), backbone
 // (input_proj, L layers, norm_f) and target forward (spec §3.1–§3.5, §4.1–§4.2),
-// composed from the steps of steps.cpp and templated on the scalar S (float
-// and double instantiated at the end).
+// composed from the steps of steps.cpp and templated on the scalar S (float,
+// double and the Monte Carlo arithmetic scalar Mca instantiated at the end).
 //
 // Mixed-precision rounding points (spec §6.1–§6.3). With Storage{F32} none of
 // them rounds (the oracle); with BF16/F16 each applies st.q (RN to the typed
@@ -42,6 +42,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mca_scalar.hpp"
 #include "steps.hpp"
 
 namespace mc::ref {
@@ -380,6 +381,7 @@ void target_forward(const ParamLayout& lay, const S* params, int64_t B, int64_t 
 
 MC_INSTANTIATE_MODEL(float)
 MC_INSTANTIATE_MODEL(double)
+MC_INSTANTIATE_MODEL(Mca)  // Monte Carlo arithmetic (mca_scalar.hpp)
 #undef MC_INSTANTIATE_MODEL
 
 }  // namespace mc::ref

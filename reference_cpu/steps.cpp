@@ -1,6 +1,8 @@
 // steps.cpp — the CPU oracle's forward and backward steps of one Mamba-1 layer
 // (spec §3.2 F1–F6, §4.2–§4.4 B1–B8), templated on the scalar S and
-// instantiated for float and double at the end of the file.
+// instantiated at the end of the file for float, double and the Monte Carlo
+// arithmetic scalar Mca (mca_scalar.hpp), whose runs sample the rounding
+// noise of the float instantiation element by element.
 //
 // Determinism contract (docs/DESIGN.md "Determinism rules"): every loop that
 // OpenMP splits runs over INDEPENDENT outputs (rows, (b, d) pairs, channels d,
@@ -14,10 +16,17 @@
 #include <vector>
 
 #include "config.hpp"
+#include "mca_scalar.hpp"
 #include "steps.hpp"
 #include "testing_faults.hpp"
 
 namespace mc::ref {
+
+// Unqualified math calls: std:: overloads for float/double (float stays in
+// float), mc::ref::exp/log1p/sqrt for the Monte Carlo arithmetic scalar Mca (ADL).
+using std::exp;
+using std::log1p;
+using std::sqrt;
 
 namespace {
 
@@ -28,13 +37,13 @@ bool par(int64_t ops) { return ops >= g_parallel_min_work.load(std::memory_order
 
 template <class S>
 S sigmoid(S x) {
-  return S(1) / (S(1) + std::exp(-x));
+  return S(1) / (S(1) + exp(-x));
 }
 
 // SiLU(x) = x·σ(x), written x / (1 + e^-x) (spec §3.6, conv form).
 template <class S>
 S silu(S x) {
-  return x / (S(1) + std::exp(-x));
+  return x / (S(1) + exp(-x));
 }
 
 // SiLU'(x) = σ(x)·(1 + x·(1 − σ(x))) (spec §0).
@@ -68,7 +77,7 @@ void rmsnorm_fwd(const S* x, const S* g, int64_t R, int64_t D, double eps, S* y,
     const S* xr = x + r * D;
     S ss = S(0);
     for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
-    const S rv = std::sqrt(ss / S(D) + S(eps));
+    const S rv = sqrt(ss / S(D) + S(eps));
     const S inv = S(1) / rv;
     rms[r] = rv;
     S* yr = y + r * D;
@@ -234,12 +243,16 @@ void conv1d_silu_fwd(const S* xb, const S* w, const S* bias, int64_t B, int64_t 
 // du [B, T, di], pc [B, T, di], windows [B, T, di, dc], w [di, dc], d_state_T [B, di, dc] or null
 //   -> dxb [B, T, di] (=), dw [di, dc] (+=), dbias [di] (+=), d_state0 [B, di, dc] (=) or null.
 // Parallel over channels d; inside, samples b ascending, t descending (spec §4.4):
-//   g_t = du·SiLU'(pc_t); dxb_t = g_t·w[dc-1] + carry[0] (+ d_state_T slot t-(T-dc));
+//   g_t = du·SiLU'(pc_t); dxb_t = g_t·w[dc-1] + carry[0];
 //   carry[k] = carry[k+1] + g_t·w[dc-2-k] (k < dc-2), carry[dc-2] = g_t·w[0].
+// Before step t, carry[k] is the gradient of input t-k from the outputs after t.
+// So the final-state gradient enters as the initial carry: slot dc-1-k of the
+// final window is input T-1-k, carry[k] = d_state_T[dc-1-k] (k < dc-1) — the
+// same numbers, in the same order, as if the next segment had been part of
+// this backward. Slot 0 (input T-dc, or S0[T] when T < dc) is added where it
+// belongs. After t = 0, carry[k] is the gradient of the virtual input
+// xb[-1-k] = S0[dc-1-k]; S0[0] is never read (gradient 0).
 // dw/dbias: per sample Σ_t (t descending, from 0), then Σ_b (b ascending, from 0), then added.
-// After t = 0, carry[k] is the gradient of the virtual input xb[-1-k] = S0[dc-1-k];
-// S0[0] is never read (gradient 0). Final-state slots that hold S0 entries
-// (T-dc+k < 0, slot k = S0[T+k]) pass their gradient straight through.
 template <class S>
 void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S* w,
                              const S* d_state_T, int64_t B, int64_t T, int64_t di, int64_t dc,
@@ -255,8 +268,12 @@ void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S
       S carry[Limits::kMaxDConv];
       S part_w[Limits::kMaxDConv];
       S part_b = S(0);
-      for (int64_t k = 0; k < dc; ++k) carry[k] = part_w[k] = S(0);
       const S* dsT = d_state_T ? d_state_T + (b * di + d) * dc : nullptr;
+      for (int64_t k = 0; k < dc; ++k) {
+        part_w[k] = S(0);
+        carry[k] = (dsT && k + 1 < dc) ? dsT[dc - 1 - k] : S(0);
+      }
+      const bool slot0 = dsT && dsT[0] != S(0);
       for (int64_t t = T - 1; t >= 0; --t) {
         const int64_t idx = (b * T + t) * di + d;
         const S g = du[idx] * silu_prime(pc[idx]);
@@ -264,7 +281,7 @@ void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S
         for (int64_t k = 0; k < dc; ++k) part_w[k] += g * windows[idx * dc + k];
         S v = g * wd[dc - 1];
         if (dc > 1) v += carry[0];
-        if (dsT && t >= T - dc) v += dsT[t - (T - dc)];
+        if (slot0 && t == T - dc) v += dsT[0];
         dxb[idx] = v;
         for (int64_t k = 0; k + 2 < dc; ++k) carry[k] = carry[k + 1] + g * wd[dc - 2 - k];
         if (dc > 1) carry[dc - 2] = g * wd[0];
@@ -273,8 +290,7 @@ void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S
         S* g0 = d_state0 + (b * di + d) * dc;
         g0[0] = S(0);
         for (int64_t k = 0; k + 1 < dc; ++k) g0[dc - 1 - k] = carry[k];
-        if (dsT)
-          for (int64_t k = 0; k < dc && T - dc + k < 0; ++k) g0[T + k] += dsT[k];
+        if (slot0 && T < dc) g0[T] += dsT[0];
       }
       for (int64_t k = 0; k < dc; ++k) acc_w[k] += part_w[k];
       acc_b += part_b;
@@ -296,7 +312,7 @@ void conv1d_silu_bwd(const S* du, const S* pc, const S* windows, const S* w, int
 template <class S>
 void softplus_fwd(const S* x, int64_t n, S* y) {
 #pragma omp parallel for schedule(static) if (par(n * 32))
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > S(20) ? x[i] : std::log1p(std::exp(x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > S(20) ? x[i] : log1p(exp(x[i]));
 }
 
 // x [n], dy [n] -> dx [n] = x > 20 ? dy : dy·σ(x)  (spec §4.2 B4, CPU form).
@@ -333,7 +349,7 @@ void selective_scan_fwd(const S* delta, const S* u, const S* Bm, const S* Cm, co
       const S* Cr = Cm + r * ds;
       S acc = S(0);
       for (int64_t n = 0; n < ds; ++n) {
-        hb[n] = std::exp(dl * a[n]) * hb[n] + du * Br[n];
+        hb[n] = exp(dl * a[n]) * hb[n] + du * Br[n];
         acc += hb[n] * Cr[n];
       }
       y[idx] = acc + D[d] * uv;
@@ -389,7 +405,7 @@ void selective_scan_bwd_chained(const S* delta, const S* u, const S* Bm, const S
           const S* Cr = Cm + r * ds;
           S* pB = partial_B.data() + idx * ds;
           for (int64_t n = 0; n < ds; ++n) {
-            const S dA = std::exp(dl * a[n]);
+            const S dA = exp(dl * a[n]);
             S& g = dh[size_t(n)];
             g += dyv * Cr[n];
             const S transition = keep_transition_term ? a[n] * dA * hp[n] : S(0);
@@ -472,7 +488,7 @@ void residual_add(const S* a, const S* b, int64_t n, S* out) {
 template <class S>
 void exp_negate(const S* a_log, int64_t n, S* a_neg) {
 #pragma omp parallel for schedule(static) if (par(n * 16))
-  for (int64_t i = 0; i < n; ++i) a_neg[i] = -std::exp(a_log[i]);
+  for (int64_t i = 0; i < n; ++i) a_neg[i] = -exp(a_log[i]);
 }
 
 // src [R, ld] columns [off, off+w) -> dst [R, w].
@@ -528,6 +544,7 @@ void scatter_add_cols(const S* src, int64_t R, int64_t ld, int64_t off, int64_t 
 
 MC_INSTANTIATE_STEPS(float)
 MC_INSTANTIATE_STEPS(double)
+MC_INSTANTIATE_STEPS(Mca)  // Monte Carlo arithmetic (mca_scalar.hpp)
 #undef MC_INSTANTIATE_STEPS
 
 }  // namespace mc::ref

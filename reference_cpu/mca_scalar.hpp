@@ -1,0 +1,103 @@
+// mca_scalar.hpp — a scalar for Monte Carlo arithmetic (Parker, Pierce &
+// Eggert 2000; the "random rounding" mode of Verificarlo): the oracle is also
+// instantiated on it (steps.cpp, model.cpp), so that one run computes in
+// double but perturbs the result of EVERY arithmetic operation by a random
+// relative error δ, uniform in ±u, where u is the unit roundoff of the format
+// being emulated (u32 = 2^-24 unless set otherwise). Each run is one
+// realisation of the rounding errors a float execution of the same operation
+// sequence makes, with the correct correlations (a reused value carries the
+// same error everywhere, a recurrence carries its error forward): the spread
+// of a few runs around the exact (double) result estimates the float
+// rounding noise of every output element, cancellations and conditioning
+// included. Standard model (Higham, Accuracy and Stability, §2.2; Higham &
+// Mary 2019): round-to-nearest errors of a float run behave like such
+// independent mean-zero perturbations.
+//
+// Per operation: + − · / and sqrt: one perturbation of ±u (IEEE correctly
+// rounded); exp, log1p: ±4u (libm results are within 2 ulp <= 4u·|v|).
+// A constant converted from double that is not f32-representable (eps) is
+// perturbed once; f32-exact inputs are not. Storage::q rounding to bf16/f16
+// adds a perturbation of that type's unit roundoff (2^-8, 2^-11).
+//
+// Randomness: a thread_local splitmix64 stream (seed with Mca::seed). A run is
+// reproducible when the oracle runs on one OpenMP thread.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+
+#include "config.hpp"
+
+namespace mc::ref {
+
+struct Mca {
+  double v = 0;
+
+  Mca() = default;
+  template <class A, std::enable_if_t<std::is_arithmetic_v<A>, int> = 0>
+  Mca(A x)  // NOLINT: implicit, so that S(0), S(eps), S(D) work in the oracle
+      : v(double(x)) {
+    if (double(float(v)) != v) v = perturb(v, unit());
+  }
+  static Mca raw(double x) {
+    Mca m;
+    m.v = x;
+    return m;
+  }
+  explicit operator double() const { return v; }
+
+  // The emulated unit roundoff (default 2^-24) and the random stream.
+  static double& unit() {
+    thread_local double u = 0x1p-24;
+    return u;
+  }
+  static uint64_t& state() {
+    thread_local uint64_t s = 0x9e3779b97f4a7c15ULL;
+    return s;
+  }
+  static void seed(uint64_t s) { state() = s; }
+  // x·(1 + δ), δ uniform in [−eu, eu].
+  static double perturb(double x, double eu) {
+    uint64_t z = (state() += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    const double r = double(z >> 11) * 0x1p-53;  // [0, 1)
+    return x * (1 + eu * (2 * r - 1));
+  }
+  static Mca rounded(double x) { return raw(perturb(x, unit())); }
+};
+
+inline Mca operator+(Mca a, Mca b) { return Mca::rounded(a.v + b.v); }
+inline Mca operator-(Mca a, Mca b) { return Mca::rounded(a.v - b.v); }
+inline Mca operator-(Mca a) { return Mca::raw(-a.v); }
+inline Mca operator*(Mca a, Mca b) { return Mca::rounded(a.v * b.v); }
+inline Mca operator/(Mca a, Mca b) { return Mca::rounded(a.v / b.v); }
+inline Mca& operator+=(Mca& a, Mca b) { return a = a + b; }
+inline Mca& operator-=(Mca& a, Mca b) { return a = a - b; }
+inline Mca& operator*=(Mca& a, Mca b) { return a = a * b; }
+inline Mca& operator/=(Mca& a, Mca b) { return a = a / b; }
+inline bool operator<(Mca a, Mca b) { return a.v < b.v; }
+inline bool operator>(Mca a, Mca b) { return a.v > b.v; }
+inline bool operator<=(Mca a, Mca b) { return a.v <= b.v; }
+inline bool operator>=(Mca a, Mca b) { return a.v >= b.v; }
+inline bool operator==(Mca a, Mca b) { return a.v == b.v; }
+inline bool operator!=(Mca a, Mca b) { return a.v != b.v; }
+
+inline Mca exp(Mca a) { return Mca::raw(Mca::perturb(std::exp(a.v), 4 * Mca::unit())); }
+inline Mca log1p(Mca a) { return Mca::raw(Mca::perturb(std::log1p(a.v), 4 * Mca::unit())); }
+inline Mca sqrt(Mca a) { return Mca::rounded(std::sqrt(a.v)); }
+
+// Storage::q on an MCA value: one perturbation of the storage type's unit roundoff.
+inline Mca round_to(DType t, Mca x) {
+  switch (t) {
+    case DType::F32: return x;
+    case DType::BF16: return Mca::raw(Mca::perturb(x.v, 0x1p-8));
+    case DType::F16: return Mca::raw(Mca::perturb(x.v, 0x1p-11));
+  }
+  throw std::logic_error("round_to(Mca): unknown dtype");
+}
+
+}  // namespace mc::ref
