@@ -30,16 +30,6 @@ Problem::Problem(const ModelConfig& c, int64_t B_, int64_t T_, uint64_t seed_)
   validate_runtime(dims, B, T);
 }
 
-template <class S>
-ref::RecurrentState<S> Problem::state() const {
-  ref::RecurrentState<S> s(dims, B);
-  for (size_t i = 0; i < conv0.size(); ++i) s.conv[i] = S(conv0[i]);
-  for (size_t i = 0; i < ssm0.size(); ++i) s.ssm[i] = S(ssm0[i]);
-  return s;
-}
-template ref::RecurrentState<float> Problem::state<float>() const;
-template ref::RecurrentState<double> Problem::state<double>() const;
-
 namespace {
 
 void perturb_params(const ParamLayout& lay, SplitMix64& rng, std::vector<double>& p) {
@@ -89,14 +79,5 @@ Problem make_problem(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed
 
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
-
-template <>
-std::vector<double> convert<double>(const std::vector<double>& v) {
-  return v;
-}
-template <>
-std::vector<float> convert<float>(const std::vector<double>& v) {
-  return to_float(v);
-}
 
 }  // namespace mc::check

@@ -63,7 +63,12 @@ struct Problem {
   Problem(const ModelConfig& c, int64_t B, int64_t T, uint64_t seed);
   // The initial states as a RecurrentState of scalar S.
   template <class S>
-  ref::RecurrentState<S> state() const;
+  ref::RecurrentState<S> state() const {
+    ref::RecurrentState<S> s(dims, B);
+    for (size_t i = 0; i < conv0.size(); ++i) s.conv[i] = S(conv0[i]);
+    for (size_t i = 0; i < ssm0.size(); ++i) s.ssm[i] = S(ssm0[i]);
+    return s;
+  }
 };
 
 // init_params(layout, seed) (spec §1.4), then a seeded perturbation so that no
@@ -79,7 +84,12 @@ Problem make_problem(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed
 std::vector<float> to_float(const std::vector<double>& v);
 std::vector<double> to_double(const std::vector<float>& v);
 template <class S>
-std::vector<S> convert(const std::vector<double>& v);
+std::vector<S> convert(const std::vector<double>& v) {
+  std::vector<S> r;
+  r.reserve(v.size());
+  for (double x : v) r.push_back(S(x));
+  return r;
+}
 
 // Fills v with f32-exact N(0, scale²) draws.
 void fill_normal(SplitMix64& rng, std::vector<double>& v, double scale = 1.0);
