@@ -46,6 +46,8 @@ const char* const kValidateHelp =
     "  --cpu-only        skip the GPU checks even when a GPU is present\n"
     "  --gpu-only        skip the CPU oracle self-checks\n"
     "  --tf32            run f32 GEMMs in TF32 (recorded in the output)\n"
+    "  --check-finite    scan every GPU step's outputs for NaN/Inf; the first one found is\n"
+    "                    reported with its step, tensor and index (f16 overflow as overflow)\n"
     "  --json FILE       write all results as JSON (reports/README.md schema)\n"
     "  --verbose         print every tensor's comparison line\n";
 
@@ -134,14 +136,23 @@ void run_cpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed) {
 // ---- GPU: the pipeline against the oracle ----------------------------------
 
 void run_gpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed, DType dtype,
-                    ScanMode scan, gpu::GemmMath gemm, bool verbose) {
+                    ScanMode scan, gpu::GemmMath gemm, bool check_finite, bool verbose) {
   if (!check::shape_ok_for_k_rule(nc.cfg, nc.B, nc.T)) {
     s.add(nc.name, std::string("gpu ") + to_string(dtype),
           "skipped: a tensor has < 16 elements, too few for the k-rule", true);
     return;
   }
-  const check::Comparison c =
-      check::check_gpu_against_oracle(nc.cfg, nc.B, nc.T, seed, dtype, scan, gemm);
+  const std::string check = std::string("gpu ") + to_string(dtype) + " " + to_string(scan);
+  check::Comparison c;
+  try {
+    c = check::check_gpu_against_oracle(nc.cfg, nc.B, nc.T, seed, dtype, scan, gemm, check_finite);
+  } catch (const gpu::NonFiniteError& e) {
+    s.add(nc.name, check,
+          std::string(e.overflow ? "f16 OVERFLOW" : "NON-FINITE") + " at step " + e.step +
+              ", tensor " + e.tensor + ", index " + std::to_string(e.index),
+          false);
+    return;
+  }
   if (verbose) std::fputs(c.report().c_str(), stdout);
   int passed = 0;
   const check::KRuleResult* worst = nullptr;
@@ -166,7 +177,7 @@ void run_gpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed, DType
   std::string detail = std::to_string(passed) + "/" + std::to_string(c.tensors.size()) +
                        " tensors, max k " + fmt("%.3g", c.max_k());
   if (worst) detail += ", worst headroom " + fmt("%.2f", worst->headroom) + " (" + worst->tensor + ")";
-  s.add(nc.name, std::string("gpu ") + to_string(dtype) + " " + to_string(scan), detail, c.pass());
+  s.add(nc.name, check, detail, c.pass());
   if (!c.pass()) std::fputs(c.report(true).c_str(), stdout);
 }
 
@@ -212,7 +223,7 @@ void write_json(const std::string& path, const Summary& s, const std::string& co
 
 int cmd_validate(int argc, char** argv) {
   Args args(argc, argv, 2, {"config", "dtype", "scan", "seed", "json"},
-            {"cpu-only", "gpu-only", "tf32", "verbose"});
+            {"cpu-only", "gpu-only", "tf32", "check-finite", "verbose"});
   const std::vector<DType> dtypes = parse_dtypes(args.get("dtype", "f32"));
   const std::vector<ScanMode> scans = parse_scans(args.get("scan", "auto"));
   const uint64_t seed = args.get_u64("seed", 1);
@@ -244,7 +255,8 @@ int cmd_validate(int argc, char** argv) {
     if (!args.flag("gpu-only")) run_cpu_checks(s, nc, seed);
     if (gpu)
       for (DType t : dtypes)
-        for (ScanMode m : scans) run_gpu_checks(s, nc, seed, t, m, gemm, args.flag("verbose"));
+        for (ScanMode m : scans)
+          run_gpu_checks(s, nc, seed, t, m, gemm, args.flag("check-finite"), args.flag("verbose"));
   }
 
   int failed = 0;

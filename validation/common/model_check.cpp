@@ -114,12 +114,14 @@ ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage) {
 template ModelOutputs<float> oracle_run<float>(const ModelInputs&, DType);
 template ModelOutputs<double> oracle_run<double>(const ModelInputs&, DType);
 
-ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm) {
+ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm,
+                            bool check_finite) {
   gpu::RunOptions opt;
   opt.dtype = in.dtype;
   opt.scan = scan;
   opt.gemm = gemm;
   opt.state_grads = true;
+  opt.check_finite = check_finite;
   gpu::Model m(in.cfg, in.B, in.T, opt);
   m.set_params(in.params);
   m.set_state(in.conv0, in.ssm0);
@@ -191,11 +193,12 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
 }
 
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
-                                    DType dtype, ScanMode scan, gpu::GemmMath gemm) {
+                                    DType dtype, ScanMode scan, gpu::GemmMath gemm,
+                                    bool check_finite) {
   const ModelInputs in = make_model_inputs(cfg, B, T, seed, dtype);
   const auto O = oracle_run<double>(in, DType::F32);
   const auto P = oracle_run<float>(in, dtype);
-  const auto K = gpu_run(in, scan, gemm);
+  const auto K = gpu_run(in, scan, gemm, check_finite);
   return compare_model(describe(cfg, B, T) + " dtype=" + to_string(dtype) +
                            " scan=" + to_string(scan),
                        in, K, O, P);

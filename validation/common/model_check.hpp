@@ -55,9 +55,11 @@ struct ModelOutputs {
 template <class S>
 ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage);
 
-// The GPU pipeline (dtype = in.dtype) with state gradients.
+// The GPU pipeline (dtype = in.dtype) with state gradients. With check_finite
+// every step's outputs are scanned and gpu::NonFiniteError names the first
+// NaN/Inf (step, tensor, index, overflow).
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan,
-                            gpu::GemmMath gemm = gpu::GemmMath::F32);
+                            gpu::GemmMath gemm = gpu::GemmMath::F32, bool check_finite = false);
 
 std::string describe(const ModelConfig& c, int64_t B, int64_t T);
 
@@ -88,6 +90,7 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
 // Convenience: O, P and K for one case.
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan,
-                                    gpu::GemmMath gemm = gpu::GemmMath::F32);
+                                    gpu::GemmMath gemm = gpu::GemmMath::F32,
+                                    bool check_finite = false);
 
 }  // namespace mc::check
