@@ -3,8 +3,6 @@
 //    (B, T, d_model, expand, d_state, d_conv, n_layers, input dim) plus a
 //    noShrink 64-bit data seed, so a failure shrinks to the smallest shape
 //    while the data stay reproducible;
-//  * the first-order rounding-error model ("depth") behind the stated bounds
-//    of the float-vs-double and split-sequence comparisons;
 //  * run-the-oracle helpers (forward + backward of a Problem in S);
 //  * the default of one OpenMP thread for these processes (see below).
 #pragma once
@@ -13,7 +11,6 @@
 #include <rapidcheck.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -101,60 +98,6 @@ inline rc::Gen<OracleShape> gen_oracle_shape(int max_T = 64, int min_T = 1, int 
   });
 }
 
-// ---- rounding-error model ----------------------------------------------------
-// First-order model (Higham, Accuracy and Stability of Numerical Algorithms,
-// §2–3): every elementary operation rounds with relative error <= u; a dot
-// product or sum of n terms has error <= n·u relative to its terms (γ_n); the
-// errors of consecutive stages add to first order, each carried forward with
-// the stage's condition number. For the Mamba layer on our random problems
-// the conditions are O(1): RMSNorm rescales, GEMMs have random-sign weights,
-// SiLU/softplus/σ are 1-Lipschitz in relative terms for the value ranges used,
-// exp(δA) with δA <= 0 has |x·e^x| <= 1/e, and the scan recurrence is
-// contractive (|exp(δA)| < 1), so a rounding error in h is never amplified
-// but can accumulate over the T steps. The "depth" is therefore the count of
-// sequential roundings along the longest path, and the bound for a tensor is
-//     max_i |x_i − ref_i| <= u · depth · max_i |ref_i|
-// (norm-wise, in the ∞-norm: an element that happens to be small still
-// carries the absolute error of its terms). Worst-case counting (γ_n, not the
-// √n of random rounding) makes this bound loose by design: it must hold for
-// every random case, and it still catches any loss of precision that scales
-// worse than linearly with depth (overflow, cancellation, a float-only code
-// path, a wrong epsilon).
-struct RoundingDepth {
-  double forward = 0;         // outputs, final states
-  double input_grads = 0;     // dX, d_conv0, d_ssm0
-  double param_grads = 0;     // every ParamEntry gradient
-};
-
-inline RoundingDepth rounding_depth(const Dims& d, int64_t B, int64_t T) {
-  const double dm = double(d.dm), di = double(d.di), ds = double(d.ds), dc = double(d.dc);
-  const double dr = double(d.dr), xd = double(d.xd), mid = double(d.mid), L = double(d.L);
-  const double t = double(T);
-  const double norm_fwd = dm + 6;            // Σx² over dm, ÷D, +eps, sqrt, 1/rms, ·inv, ·g
-  const double layer_fwd = norm_fwd          // F1
-                           + dm              // F2 in_proj dot
-                           + dc + 4          // F4a conv dot + bias, SiLU (exp, +1, ÷)
-                           + di              // F4b x_proj dot
-                           + dr + 1 + 3      // F4c dt_proj dot + bias, softplus (exp, log1p)
-                           + 5 * t + ds + 2  // F4d exp(δA)·h + δu·B per step over T, C·h over ds, +D·u
-                           + 4               // F4e SiLU(z)·y
-                           + di + 1;         // F5 out_proj dot, F6 residual
-  const double forward = (mid + 1) + L * layer_fwd + norm_fwd;
-  const double norm_bwd = dm + 8;            // Σ dy·x̂·g over dm, ÷D, x̂·m, −, ·inv
-  const double layer_bwd = norm_bwd          // B8
-                           + 2 * di          // B7 dN = dP·W_inᵀ over 2di
-                           + dc + 6          // B6 carry over dc, SiLU'
-                           + xd              // B5 dU_x = dXD·W_xᵀ over xd
-                           + di              // B3 dB/dC summed over di channels
-                           + di + 3          // B4 d_dt_in over di, σ
-                           + 6 * t + 2 * ds  // B3 reverse recurrence over T, dδ/du over ds
-                           + 6               // B2 SiLU'
-                           + dm + 1;         // B1 dG over dm, B8 residual add
-  const double input_grads = forward + L * layer_bwd + norm_bwd + dm;
-  const double param_grads = input_grads + double(B) * t;  // Σ over the B·T rows
-  return {forward, input_grads, param_grads};
-}
-
 // ---- running the oracle --------------------------------------------------------
 
 // Everything one forward + backward of a Problem produces, in scalar S.
@@ -193,12 +136,5 @@ OracleRun<S> run_oracle(const check::Problem& p, const Storage& st = Storage{}) 
   ref::backbone_backward(p.layout, params.data(), act, d_out.data(), g, st);
   return r;
 }
-
-// A named slice of a result, for per-tensor comparisons.
-struct NamedSlice {
-  std::string name;
-  int64_t offset, size;
-  double depth;
-};
 
 }  // namespace mc::testing
