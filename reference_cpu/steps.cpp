@@ -10,9 +10,15 @@
 // a fixed summation order written out in the comment of its function, so the
 // bits do not depend on OMP_NUM_THREADS. Reductions across the parallel index
 // (dB/dC over d) go through a partial buffer and a second, fixed-order pass.
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "config.hpp"
@@ -112,59 +118,187 @@ void rmsnorm_bwd(const S* dy, const S* x, const S* g, const S* rms, int64_t R, i
 }
 
 // ----------------------------------------------------------------- Linear ---
+//
+// The three GEMM roles share one cache-blocked kernel, ordered_gemm, whose
+// result is BITWISE that of the textbook loop: each output element has one
+// running accumulator that starts from its seed and adds the products in
+// ascending order of the reduction index p, exactly as written out in the
+// comments of linear_fwd / linear_bwd_dx / linear_bwd_dw below. Blocking only
+// decides which thread computes which output tile and when; the reduction is
+// cut into consecutive p-panels whose partial sums are stored in S and
+// reloaded (exact), never into independent partial sums. So the bits depend
+// on neither OMP_NUM_THREADS nor the block sizes, and the block sizes may be
+// tuned (or chosen per shape) freely. Loop order and packing follow the
+// BLIS/GotoBLAS layering: panels of A and B are packed into contiguous
+// micro-panels so that the MR x NR register tile (acc) streams through L1.
 
-// X [M, K], W [K, N], b [N] or nullptr -> Y [M, N]. Y[m,n] = b[n] + Σ_k X[m,k]·W[k,n],
-// seeded with the bias (0 without), k ascending. Parallel over rows m.
+namespace {
+
+// Register tile (MR x NR accumulators) per scalar for the baseline x86-64
+// ISA (SSE2): 8 vector registers of accumulators for double (4x4) and float
+// (4x8); 4x4 for the Mca scalar, whose speed does not matter (small shapes).
 template <class S>
-void linear_fwd(const S* X, const S* W, const S* b, int64_t M, int64_t K, int64_t N, S* Y) {
-#pragma omp parallel for schedule(static) if (par(M * K * N))
-  for (int64_t m = 0; m < M; ++m) {
-    S* y = Y + m * N;
-    for (int64_t n = 0; n < N; ++n) y[n] = b ? b[n] : S(0);
-    const S* x = X + m * K;
-    for (int64_t k = 0; k < K; ++k) {
-      const S xk = x[k];
-      const S* w = W + k * N;
-      for (int64_t n = 0; n < N; ++n) y[n] += xk * w[n];
+struct GemmTile {
+  static constexpr int MR = 4, NR = 4;
+};
+template <>
+struct GemmTile<float> {
+  static constexpr int MR = 4, NR = 8;
+};
+
+// Operand A(i, p) = A[i*si + p*sp] of an ordered GEMM (strides express the
+// transposes of the backward roles without copies).
+template <class S>
+struct StridedOperand {
+  const S* base;
+  int64_t si, sp;
+  S at(int64_t i, int64_t p) const { return base[i * si + p * sp]; }
+};
+
+// acc[MR][NR] (loaded from c) += Σ_{p < kc, ascending} a[p][0..MR) ⊗ b[p][0..NR),
+// then the mr x nr valid part is stored back to c (row stride ldc).
+// ap: [kc][MR] packed A micro-panel; bp: [kc][NR] packed B micro-panel.
+template <class S, int MR, int NR>
+void gemm_micro_tile(int64_t kc, const S* __restrict ap, const S* __restrict bp, S* __restrict c,
+                     int64_t ldc, int mr, int nr) {
+  S acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = (i < mr && j < nr) ? c[i * ldc + j] : S(0);
+  for (int64_t p = 0; p < kc; ++p) {
+    const S* a = ap + p * MR;
+    const S* b = bp + p * NR;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];
+    }
+  }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+// Packs rows [i0, i0+mc) x p in [p0, p0+kc) of op into [ceil(mc/R)][kc][R]
+// micro-panels (rows past mc padded with 0; their results are never stored).
+template <class S, int R>
+void gemm_pack(const StridedOperand<S>& op, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+               S* dst) {
+  for (int64_t ir = 0; ir < mc; ir += R)
+    for (int64_t p = 0; p < kc; ++p)
+      for (int i = 0; i < R; ++i)
+        *dst++ = (ir + i < mc) ? op.at(i0 + ir + i, p0 + p) : S(0);
+}
+
+template <class S>
+using MicroTileFn = void (*)(int64_t, const S*, const S*, S*, int64_t, int, int);
+
+// C [I, J] (row stride ldc) = seed[j] (0 if seed is null) + Σ_{p=0..P-1, ascending}
+// A(i,p)·B(j,p), with A and B given as strided operands over (row, p).
+// Parallel over independent output tiles; each tile is seeded by its thread.
+template <class S, int MR, int NR>
+void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const StridedOperand<S>& A,
+                        const StridedOperand<S>& B, const S* seed, S* C, int64_t ldc,
+                        MicroTileFn<S> micro) {
+  constexpr int64_t KC = 256;  // p-panel: MC x KC of A (~256 KB double) stays in L2
+  // Output tiles MC x NC; halved (bits unaffected) until there are enough
+  // tiles to keep every thread busy on thin shapes.
+  int64_t MC = 128, NC = 512;
+  const int64_t want = 4 * int64_t(omp_get_max_threads());
+  auto tiles = [&] { return ((I + MC - 1) / MC) * ((J + NC - 1) / NC); };
+  while (tiles() < want && (MC > 4 * MR || NC > 4 * NR)) {
+    if (NC > 4 * NR && (NC >= MC || MC <= 4 * MR)) NC /= 2; else MC /= 2;
+  }
+  const int64_t ni = (I + MC - 1) / MC, nj = (J + NC - 1) / NC;
+#pragma omp parallel if (par(I * J * P))
+  {
+    std::vector<S> Ap(size_t(((MC + MR - 1) / MR) * MR * KC));
+    std::vector<S> Bp(size_t(((NC + NR - 1) / NR) * NR * KC));
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < ni * nj; ++tile) {
+      const int64_t i0 = (tile / nj) * MC, j0 = (tile % nj) * NC;
+      const int64_t mc = std::min(MC, I - i0), nc = std::min(NC, J - j0);
+      for (int64_t i = i0; i < i0 + mc; ++i)
+        for (int64_t j = j0; j < j0 + nc; ++j) C[i * ldc + j] = seed ? seed[j] : S(0);
+      for (int64_t p0 = 0; p0 < P; p0 += KC) {  // ascending p-panels: the order of the sum
+        const int64_t kc = std::min(KC, P - p0);
+        gemm_pack<S, MR>(A, i0, mc, p0, kc, Ap.data());
+        gemm_pack<S, NR>(B, j0, nc, p0, kc, Bp.data());
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          for (int64_t ir = 0; ir < mc; ir += MR)
+            micro(kc, Ap.data() + (ir / MR) * kc * MR, Bp.data() + (jr / NR) * kc * NR,
+                  C + (i0 + ir) * ldc + j0 + jr, ldc, int(std::min<int64_t>(MR, mc - ir)),
+                  int(std::min<int64_t>(NR, nc - jr)));
+      }
     }
   }
 }
 
-// dY [M, N], W [K, N] -> dX [M, K] (=). dX[m,k] = Σ_n dY[m,n]·W[k,n], n ascending.
-// Parallel over rows m.
+// The same micro tile compiled for AVX2 (twice the vector width, so a 4x8
+// double / 4x16 float tile), picked at run time when the CPU has it. The
+// operations and their order are unchanged and AVX2 has no fused
+// multiply-add (FMA is a separate ISA extension that is NOT enabled here), so
+// the bits equal the baseline path's. MC_ORACLE_GEMM=baseline forces the
+// baseline path (to check exactly that).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MC_ORACLE_GEMM_AVX2 1
+__attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const double* ap,
+                                                     const double* bp, double* c, int64_t ldc,
+                                                     int mr, int nr) {
+  gemm_micro_tile<double, 4, 8>(kc, ap, bp, c, ldc, mr, nr);
+}
+__attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const float* ap,
+                                                     const float* bp, float* c, int64_t ldc,
+                                                     int mr, int nr) {
+  gemm_micro_tile<float, 4, 16>(kc, ap, bp, c, ldc, mr, nr);
+}
+bool use_avx2() {
+  static const bool v = [] {
+    const char* e = std::getenv("MC_ORACLE_GEMM");
+    if (e && std::string(e) == "baseline") return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return v;
+}
+#endif
+
+// See the section comment: C = seed + A·Bᵀ over p ascending, any S.
+template <class S>
+void ordered_gemm(int64_t I, int64_t J, int64_t P, const StridedOperand<S>& A,
+                  const StridedOperand<S>& B, const S* seed, S* C, int64_t ldc) {
+#ifdef MC_ORACLE_GEMM_AVX2
+  if constexpr (std::is_same_v<S, double>) {
+    if (use_avx2()) return ordered_gemm_tiles<S, 4, 8>(I, J, P, A, B, seed, C, ldc, micro_tile_avx2);
+  } else if constexpr (std::is_same_v<S, float>) {
+    if (use_avx2()) return ordered_gemm_tiles<S, 4, 16>(I, J, P, A, B, seed, C, ldc, micro_tile_avx2);
+  }
+#endif
+  constexpr int MR = GemmTile<S>::MR, NR = GemmTile<S>::NR;
+  ordered_gemm_tiles<S, MR, NR>(I, J, P, A, B, seed, C, ldc, gemm_micro_tile<S, MR, NR>);
+}
+
+}  // namespace
+
+// X [M, K], W [K, N], b [N] or nullptr -> Y [M, N]. Y[m,n] = b[n] + Σ_k X[m,k]·W[k,n],
+// seeded with the bias (0 without), k ascending. Parallel over output tiles.
+template <class S>
+void linear_fwd(const S* X, const S* W, const S* b, int64_t M, int64_t K, int64_t N, S* Y) {
+  ordered_gemm<S>(M, N, K, {X, K, 1}, {W, 1, N}, b, Y, N);
+}
+
+// dY [M, N], W [K, N] -> dX [M, K] (=). dX[m,k] = Σ_n dY[m,n]·W[k,n], from 0, n ascending.
+// Parallel over output tiles.
 template <class S>
 void linear_bwd_dx(const S* dY, const S* W, int64_t M, int64_t K, int64_t N, S* dX) {
-#pragma omp parallel for schedule(static) if (par(M * K * N))
-  for (int64_t m = 0; m < M; ++m) {
-    const S* dy = dY + m * N;
-    for (int64_t k = 0; k < K; ++k) {
-      const S* w = W + k * N;
-      S acc = S(0);
-      for (int64_t n = 0; n < N; ++n) acc += dy[n] * w[n];
-      dX[m * K + k] = acc;
-    }
-  }
+  ordered_gemm<S>(M, K, N, {dY, N, 1}, {W, N, 1}, static_cast<const S*>(nullptr), dX, K);
 }
 
 // X [M, K], dY [M, N] -> dW [K, N] += Σ_m X[m,k]·dY[m,n] (summed from 0, m ascending,
-// then added). Parallel over rows k of dW.
+// then added). Parallel over output tiles.
 template <class S>
 void linear_bwd_dw(const S* X, const S* dY, int64_t M, int64_t K, int64_t N, S* dW) {
-#pragma omp parallel if (par(M * K * N))
-  {
-    std::vector<S> acc(static_cast<size_t>(N));
-#pragma omp for schedule(static)
-    for (int64_t k = 0; k < K; ++k) {
-      for (int64_t n = 0; n < N; ++n) acc[size_t(n)] = S(0);
-      for (int64_t m = 0; m < M; ++m) {
-        const S xk = X[m * K + k];
-        const S* dy = dY + m * N;
-        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += xk * dy[n];
-      }
-      S* dw = dW + k * N;
-      for (int64_t n = 0; n < N; ++n) dw[n] += acc[size_t(n)];
-    }
-  }
+  std::vector<S> acc(size_t(K * N));
+  ordered_gemm<S>(K, N, M, {X, 1, K}, {dY, 1, N}, static_cast<const S*>(nullptr), acc.data(), N);
+  for (int64_t i = 0; i < K * N; ++i) dW[i] += acc[size_t(i)];
 }
 
 // dY [M, N] -> db [N] += Σ_m dY[m,n] (from 0, m ascending, then added). Parallel over n.
