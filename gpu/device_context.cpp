@@ -2,6 +2,7 @@
 // device_info), cuBLAS error checking and the DeviceContext of a Model.
 #include "device_context.hpp"
 
+#include <atomic>
 #include <sstream>
 
 namespace mc::gpu {
@@ -74,6 +75,18 @@ bool gpu_available(std::string* reason) {
 }
 
 int device_count() { return availability().ok ? availability().count : 0; }
+
+namespace {
+std::atomic<int> g_default_device{0};
+}  // namespace
+
+void select_device(int device) {
+  require_device_index(device);
+  MC_CUDA_CHECK(cudaSetDevice(device), "select_device " + std::to_string(device));
+  g_default_device.store(device);
+}
+
+int default_device() { return g_default_device.load(); }
 
 DeviceInfo device_info(int device) {
   require_device_index(device);

@@ -13,6 +13,8 @@ bool gpu_available(std::string* reason) {
   return false;
 }
 int device_count() { return 0; }
+void select_device(int) { throw GpuUnavailable(kReason); }
+int default_device() { return 0; }
 DeviceInfo device_info(int) { throw GpuUnavailable(kReason); }
 std::string DeviceInfo::to_string() const { return name; }
 const char* to_string(GemmMath g) { return g == GemmMath::TF32 ? "tf32" : "f32"; }

@@ -44,6 +44,15 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device = 0);
 
+// Makes `device` current for the calling thread (cudaSetDevice) and the
+// default of RunOptions::device for every Model constructed afterwards, so
+// a test process that CTest assigned to GPU k runs there (issue 5, multi-GPU).
+// ConfigError naming the index and the number of visible devices when it is
+// out of range; GpuUnavailable without a device.
+void select_device(int device);
+// The device last passed to select_device (0 until then).
+int default_device();
+
 // How f32 GEMMs run. TF32 is an explicit opt-in and is recorded in every
 // report; typed (bf16/f16) GEMMs always use CUBLAS_COMPUTE_32F_PEDANTIC.
 enum class GemmMath { F32, TF32 };
@@ -55,7 +64,7 @@ struct RunOptions {
   GemmMath gemm = GemmMath::F32;
   bool state_grads = false;        // compute ∂L/∂(initial conv/SSM state)
   bool check_finite = false;       // scan every step's outputs for NaN/Inf
-  int device = 0;
+  int device = default_device();  // 0 unless select_device() chose another
 };
 
 // Thrown by check_finite runs: names the step, tensor and first bad index.
