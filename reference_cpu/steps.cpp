@@ -198,10 +198,10 @@ template <class S, int MR, int NR>
 void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const StridedOperand<S>& A,
                         const StridedOperand<S>& B, const S* seed, S* C, int64_t ldc,
                         MicroTileFn<S> micro) {
-  constexpr int64_t KC = 256;  // p-panel: MC x KC of A (~256 KB double) stays in L2
+  constexpr int64_t KC = 256;  // p-panel: MC x KC of A (512 KB double) stays in L2
   // Output tiles MC x NC; halved (bits unaffected) until there are enough
   // tiles to keep every thread busy on thin shapes.
-  int64_t MC = 128, NC = 512;
+  int64_t MC = 256, NC = 512;
   const int64_t want = 4 * int64_t(omp_get_max_threads());
   auto tiles = [&] { return ((I + MC - 1) / MC) * ((J + NC - 1) / NC); };
   while (tiles() < want && (MC > 4 * MR || NC > 4 * NR)) {
