@@ -6,24 +6,20 @@
 // writes the results as JSON for the report generator (reports/README.md).
 #include <omp.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "args.hpp"
-#include "build_info.hpp"
 #include "builtin_configs.hpp"
 #include "commands.hpp"
 #include "gradcheck.hpp"
 #include "model.hpp"
 #include "model_check.hpp"
-#include "npy.hpp"
 #include "pipeline.hpp"
 #include "problem.hpp"
+#include "report_json.hpp"
 
 namespace mc::cli {
 
@@ -60,9 +56,8 @@ struct Row {
 
 struct Summary {
   std::vector<Row> rows;
-  std::ostringstream precision_json;  // entries of "precision"
-  std::ostringstream oracle_json;     // entries of "oracle_checks"
-  bool first_precision = true, first_oracle = true;
+  std::vector<std::string> precision_json;  // rows of "precision"
+  std::vector<std::string> oracle_json;     // rows of "oracle_checks"
   void add(const std::string& config, const std::string& check, const std::string& detail,
            bool pass) {
     rows.push_back({config, check, detail, pass});
@@ -77,11 +72,6 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-std::string json_num(double x) {
-  if (!std::isfinite(x)) return x > 0 ? "\"inf\"" : (x < 0 ? "\"-inf\"" : "\"nan\"");
-  return fmt("%.6g", x);
-}
-
 // ---- CPU: the oracle's self-checks -----------------------------------------
 
 void record_gradcheck(Summary& s, const std::string& config, const std::string& what,
@@ -93,11 +83,11 @@ void record_gradcheck(Summary& s, const std::string& config, const std::string& 
     for (const auto& g : r.guilty) detail += " " + g;
   }
   s.add(config, "gradcheck " + what, detail, r.pass);
-  s.oracle_json << (s.first_oracle ? "" : ",\n    ") << "{\"config\": \"" << config
-                << "\", \"check\": \"gradcheck " << what << "\", \"rel_error\": "
-                << json_num(r.all.rel_error()) << ", \"rel_tol\": " << json_num(r.all.rel_tol())
-                << ", \"pass\": " << (r.pass ? "true" : "false") << "}";
-  s.first_oracle = false;
+  s.oracle_json.push_back(report::json_object({{"config", report::json_string(config)},
+                                                {"check", report::json_string("gradcheck " + what)},
+                                                {"rel_error", report::json_number(r.all.rel_error())},
+                                                {"rel_tol", report::json_number(r.all.rel_tol())},
+                                                {"pass", report::json_bool(r.pass)}}));
 }
 
 // Backbone forward+backward bytes under `threads` OpenMP threads.
@@ -159,20 +149,9 @@ void run_gpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed, DType
   for (const auto& r : c.tensors) {
     passed += r.pass;
     if (!worst || r.headroom > worst->headroom) worst = &r;
-    s.precision_json << (s.first_precision ? "" : ",\n    ") << "{\"config\": \"" << nc.name
-                     << "\", \"dtype\": \"" << to_string(dtype) << "\", \"scan\": \""
-                     << to_string(scan) << "\", \"shape\": \""
-                     << io::json_escape(check::describe(nc.cfg, nc.B, nc.T))
-                     << "\", \"tensor\": \"" << io::json_escape(r.tensor)
-                     << "\", \"k\": " << json_num(r.k) << ", \"k_limit\": " << json_num(r.k_limit)
-                     << ", \"max_abs\": " << json_num(r.kernel.max_abs)
-                     << ", \"baseline_max_abs\": " << json_num(r.baseline.max_abs)
-                     << ", \"max_rel\": " << json_num(r.kernel.max_rel)
-                     << ", \"nmse\": " << json_num(r.kernel.nmse)
-                     << ", \"max_ulp\": " << json_num(r.kernel.max_ulp)
-                     << ", \"headroom\": " << json_num(r.headroom)
-                     << ", \"pass\": " << (r.pass ? "true" : "false") << "}";
-    s.first_precision = false;
+    s.precision_json.push_back(report::precision_row_json(
+        to_string(dtype), check::describe(nc.cfg, nc.B, nc.T), r,
+        {{"config", report::json_string(nc.name)}, {"scan", report::json_string(to_string(scan))}}));
   }
   std::string detail = std::to_string(passed) + "/" + std::to_string(c.tensors.size()) +
                        " tensors, max k " + fmt("%.3g", c.max_k());
@@ -189,34 +168,6 @@ std::vector<DType> parse_dtypes(const std::string& s) {
 std::vector<ScanMode> parse_scans(const std::string& s) {
   if (s == "both") return {ScanMode::Sequential, ScanMode::Parallel};
   return {parse_scan_mode(s)};
-}
-
-// Context keys shared with the benchmark JSON (reports/README.md): what a
-// bitwise or precision claim depends on.
-std::string context_json(bool gpu, gpu::GemmMath gemm, uint64_t seed) {
-  std::ostringstream os;
-  os << "{\"tool\": \"mambacheck validate\", \"git_sha\": \"" << build::kGitSha
-     << "\", \"git_tree\": \"" << build::kGitDirty << "\", \"build_flags\": \""
-     << io::json_escape(build::kBuildFlags) << "\", \"seed\": " << seed
-     << ", \"f32_gemm\": \"" << gpu::to_string(gemm) << "\"";
-  if (gpu) {
-    const gpu::DeviceInfo d = gpu::device_info(0);
-    os << ", \"gpu_name\": \"" << io::json_escape(d.name) << "\", \"gpu_cc\": \"" << d.cc_major
-       << "." << d.cc_minor << "\", \"gpu_sm_count\": " << d.sm_count
-       << ", \"cuda_driver\": " << d.driver_version << ", \"cuda_runtime\": " << d.runtime_version
-       << ", \"cublas_version\": " << d.cublas_version;
-  } else {
-    os << ", \"gpu_name\": \"none\"";
-  }
-  os << "}";
-  return os.str();
-}
-
-void write_json(const std::string& path, const Summary& s, const std::string& context) {
-  std::ofstream f(path);
-  if (!f) throw std::runtime_error("cannot write --json file '" + path + "'");
-  f << "{\n  \"context\": " << context << ",\n  \"oracle_checks\": [\n    " << s.oracle_json.str()
-    << "\n  ],\n  \"precision\": [\n    " << s.precision_json.str() << "\n  ]\n}\n";
 }
 
 }  // namespace
@@ -268,7 +219,16 @@ int cmd_validate(int argc, char** argv) {
   }
   std::printf("\n%zu checks, %d failed; %s\n", s.rows.size(), failed,
               gpu ? ("GPU: " + device).c_str() : "ran the CPU checks only (no GPU checks)");
-  if (args.has("json")) write_json(args.get("json", ""), s, context_json(gpu, gemm, seed));
+  if (args.has("json")) {
+    // Context keys shared with the benchmark JSON (reports/README.md): what a
+    // bitwise or precision claim depends on.
+    const std::string context = report::context_json(
+        "mambacheck validate", gpu,
+        {{"seed", report::json_int((long long)seed)},
+         {"f32_gemm", report::json_string(gpu::to_string(gemm))}});
+    report::write_validation_json(args.get("json", ""), context,
+                                  {{"oracle_checks", s.oracle_json}, {"precision", s.precision_json}});
+  }
   return failed ? 1 : 0;
 }
 
