@@ -21,7 +21,8 @@ void launch_scan_bwd(bool parallel, const ScanShape& s, const BwdArgs<T>& args,
   if (parallel) {
     const ParGeom geo = par_geom(s.T, s.ds);
     const size_t smem = par_bwd_smem_floats(geo, s.ds) * sizeof(float);
-    set_smem_limit(reinterpret_cast<const void*>(&scan_bwd_par_kernel<T>), smem, name.c_str());
+    set_smem_limit(reinterpret_cast<const void*>(&scan_bwd_par_kernel<T>), smem,
+                   par_bwd_smem_cap(), name.c_str());
     launch(&scan_bwd_par_kernel<T>, dim3(unsigned(s.B * s.di)), dim3(geo.threads), smem, stream,
            args, geo);
   } else {

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "scan_common.cuh"
+#include "scan_math.cuh"
 
 namespace mc::kern::scan_detail {
 
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks) scan_bwd_seq_kerne
     const float dyv = load_f32(p.dy + ia);
     const float dlu = dl * uv;
     dD_acc = fmaf(dyv, uv, dD_acc);
-    float du_acc = dyv * Dd;
+    float du_acc = __fmul_rn(dyv, Dd);
     float dd_acc = 0.f;
     const T* Brow = p.Bm + bc_idx(s, b, t, 0);
     const T* Crow = p.Cm + bc_idx(s, b, t, 0);
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks) scan_bwd_seq_kerne
         const float bv = load_f32(Brow + n);
         const float cv = load_f32(Crow + n);
         const float hp = __ldg(hp_row + n);
-        const float dA = expf(dl * a);
+        const float dA = scan_expf(dl * a);
         const float dh = fmaf(dyv, cv, e[n]);
         dCp[n] = dyv * __ldg(hc_row + n);
         dBp[n] = dh * dlu;
@@ -162,7 +163,9 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
     }
 
     // pass 1: reverse aggregates e_in -> α·e_in + β, needed only by earlier
-    // segments (0 < g <= g_end)
+    // segments (0 < g <= g_end). (dA is recomputed in pass 2: keeping it, as the
+    // forward does, spills at 128 registers, and the backward is bound by the
+    // partials' memory traffic anyway.)
     if (g > 0 && g <= g_end) {
       for (int n = j; n < ds; n += SW) {
         const float a = a_row[n];
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
 #pragma unroll
         for (int k = kItems - 1; k >= 0; --k) {
           if (k < nvalid) {
-            const float dA = expf(dl[k] * a);
+            const float dA = scan_expf(dl[k] * a);
             A *= dA;
             Bc = dA * fmaf(dyv[k], load_f32(Ccol + k * s.ld_bc), Bc);
           }
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
             const float hp = __ldg(hs + k * hs_step);
             const float bv = load_f32(Bcol + k * s.ld_bc);
             const float cv = load_f32(Ccol + k * s.ld_bc);
-            const float dA = expf(dl[k] * a);
+            const float dA = scan_expf(dl[k] * a);
             const float dh = fmaf(dyv[k], cv, e);
             dCp[k * part_step] = dyv[k] * hc;
             dBp[k * part_step] = dh * (dl[k] * uu[k]);
@@ -236,7 +239,7 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
         const int64_t ia = act_idx(s, b, t, d);
         const float dyt = load_f32(p.dy + ia);
         dD_acc = fmaf(dyt, load_f32(p.u + ia), dD_acc);
-        float sdd = 0.f, sdu = dyt * Dd;
+        float sdd = 0.f, sdu = __fmul_rn(dyt, Dd);
         for (int jj = 0; jj < SW; ++jj) {
           sdd += rdd[jj * r_ld + q];
           sdu += rdu[jj * r_ld + q];

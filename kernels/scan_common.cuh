@@ -199,7 +199,15 @@ void launch_reduce_over_b(const ScanShape& s, const float* dAlog_part, const flo
 // ---- host-side validation ----------------------------------------------------------
 // Null-pointer check with the launcher and argument named (mc::ConfigError).
 void require_ptr(const char* fn, const char* name, const void* p);
-// Sets the dynamic shared memory limit when a launch needs more than 48 KiB.
-void set_smem_limit(const void* kernel, size_t bytes, const char* name);
+// Raises the kernel's dynamic shared memory limit to `cap` (its worst case) when
+// a launch needs `bytes` > 48 KiB.
+void set_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name);
+// Worst-case dynamic shared memory of the parallel kernels (d_state = 256).
+inline size_t par_fwd_smem_cap() {
+  return par_fwd_smem_floats(par_geom(1, Limits::kMaxDState), Limits::kMaxDState) * sizeof(float);
+}
+inline size_t par_bwd_smem_cap() {
+  return par_bwd_smem_floats(par_geom(1, Limits::kMaxDState), Limits::kMaxDState) * sizeof(float);
+}
 
 }  // namespace mc::kern::scan_detail

@@ -8,7 +8,8 @@
 // (ucontext) on one OS thread. A fiber runs until __syncthreads() or its end;
 // when every live fiber of the block has reached the barrier, all of them are
 // resumed. Between barriers the fibers run one after another, in ascending
-// thread order or, with emu::set_reverse_order(true), descending — a kernel
+// thread order or, with emu::set_reverse_order(true) or MC_SCAN_EMU_REVERSE=1 in
+// the environment, descending — a kernel
 // whose results depend on that order has a shared-memory race (a poor man's
 // racecheck). Shared memory is refilled with NaN before every block, so a read
 // of never-written shared memory poisons the result. Not thread-safe; one
@@ -25,6 +26,7 @@
 #include <ucontext.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -56,7 +58,12 @@ struct BlockState {
 };
 
 inline BlockState& state() {
-  static BlockState s;
+  static BlockState s = [] {
+    BlockState b;
+    const char* r = std::getenv("MC_SCAN_EMU_REVERSE");  // start in reverse thread order
+    b.reverse = r && *r && *r != '0';
+    return b;
+  }();
   return s;
 }
 
@@ -141,6 +148,8 @@ inline __nv_bfloat16 __ldg(const __nv_bfloat16* p) { return *p; }
 inline __half __ldg(const __half* p) { return *p; }
 using std::max;
 using std::min;
+
+inline float __fmul_rn(float a, float b) { return a * b; }
 
 namespace mc::kern::scan_detail {
 

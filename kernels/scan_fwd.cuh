@@ -24,11 +24,11 @@ void launch_scan_fwd(bool parallel, const ScanShape& s, const FwdArgs<T>& args,
     const dim3 grid(unsigned(s.B * s.di));
     if (save) {
       set_smem_limit(reinterpret_cast<const void*>(&scan_fwd_par_kernel<T, true>), smem,
-                     name.c_str());
+                     par_fwd_smem_cap(), name.c_str());
       launch(&scan_fwd_par_kernel<T, true>, grid, dim3(geo.threads), smem, stream, args, geo);
     } else {
       set_smem_limit(reinterpret_cast<const void*>(&scan_fwd_par_kernel<T, false>), smem,
-                     name.c_str());
+                     par_fwd_smem_cap(), name.c_str());
       launch(&scan_fwd_par_kernel<T, false>, grid, dim3(geo.threads), smem, stream, args, geo);
     }
   } else {

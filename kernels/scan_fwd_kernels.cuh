@@ -8,9 +8,12 @@
 //   for t: dA = exp(δ_t·A[n]); h[n] = dA·h[n] + (δ_t·u_t)·Bm[b,t,n]
 //          y[b,t,d] = D[d]·u_t + Σ_n h[n]·Cm[b,t,n];  h_saved[b, t+1, d, :] = h
 //   final h written back.
-// All arithmetic f32; exp is CUDA's expf (full-range reduction, <= 2 ulp) on the
-// same f32 argument δ·A the oracle exponentiates — not exp2f(δ·(A·log2e)),
-// whose rounded log2e product costs accuracy at large |δ·A|.
+// All arithmetic f32. exp is scan_expf (scan_math.cuh: ~0.6 ulp, unbiased, no
+// MUFU) on the same f32 argument δ·A the oracle exponentiates — neither CUDA's
+// 2-ulp expf nor mamba-rs's exp2f(δ·(A·log2e)). Every multiply-add is an
+// explicit fmaf and the few products that must not be contracted use
+// __fmul_rn, so the arithmetic is fixed at the source level (and a host
+// emulation build reproduces it bit for bit).
 //
 // Sequential kernel: one thread per (b, d), state in registers (ds <= 64,
 // arrays unrolled to 64 with a run-time guard; no template on d_state).
@@ -36,6 +39,7 @@
 #pragma once
 
 #include "scan_common.cuh"
+#include "scan_math.cuh"
 
 namespace mc::kern::scan_detail {
 
@@ -73,11 +77,11 @@ __global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks)
     const float du = dl * uv;
     const T* Brow = p.Bm + bc_idx(s, b, t, 0);
     const T* Crow = p.Cm + bc_idx(s, b, t, 0);
-    float y = Dd * uv;
+    float y = __fmul_rn(Dd, uv);
 #pragma unroll
     for (int n = 0; n < kSeqMaxState; ++n) {
       if (n < ds) {
-        const float dA = expf(dl * a[n]);
+        const float dA = scan_expf(dl * a[n]);
         h[n] = fmaf(dA, h[n], du * load_f32(Brow + n));
         y = fmaf(h[n], load_f32(Crow + n), y);
       }
@@ -156,7 +160,10 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
       }
     }
 
-    // pass 1: segment aggregates, needed only by later segments (g < g_end)
+    // pass 1: segment aggregates, needed only by later segments (g < g_end).
+    // With one state per thread (ds <= sw) its dA values are kept for pass 2.
+    const bool keep_dA = ds <= SW && g < g_end;
+    float dAk[kItems];
     if (g < g_end) {
       for (int n = j; n < ds; n += SW) {
         const float a = a_row[n];
@@ -165,7 +172,8 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
 #pragma unroll
         for (int k = 0; k < kItems; ++k, bp += s.ld_bc) {
           if (k < nvalid) {
-            const float dA = expf(dl[k] * a);
+            const float dA = scan_expf(dl[k] * a);
+            dAk[k] = dA;
             A *= dA;
             Bc = fmaf(dA, Bc, du[k] * load_f32(bp));
           }
@@ -189,7 +197,7 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
 #pragma unroll
         for (int k = 0; k < kItems; ++k, bp += s.ld_bc, cp += s.ld_bc) {
           if (k < nvalid) {
-            const float dA = expf(dl[k] * a);
+            const float dA = keep_dA ? dAk[k] : scan_expf(dl[k] * a);
             h = fmaf(dA, h, du[k] * load_f32(bp));
             if (kSave) {
               *hs = h;
@@ -214,7 +222,7 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
       const int64_t t = c0 + int64_t(q / kItemStride) * kItems + k;
       if (k < kItems && t < s.T) {
         const int64_t ia = act_idx(s, b, t, d);
-        float acc = Dd * load_f32(p.u + ia);
+        float acc = __fmul_rn(Dd, load_f32(p.u + ia));
         for (int jj = 0; jj < SW; ++jj) acc += ys[jj * ys_ld + q];
         store_rn(p.y + ia, acc);
       }

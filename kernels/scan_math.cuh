@@ -1,0 +1,74 @@
+// scan_math.cuh — the exponential of the selective scan, dA = exp(δ·A), as a
+// __host__ __device__ function with every operation spelled out (explicit fmaf,
+// no library call, no MUFU), so the GPU and a host build compute the same bits.
+//
+// Why not CUDA's expf: it is accurate to 2 ulp through the ex2.approx unit,
+// whose error is undocumented beyond that bound and may be biased; a biased dA
+// drifts a long-memory state coherently (error ~ memory·bias instead of
+// ~sqrt(memory)·ulp), which the k-rule against the f32 oracle (glibc expf,
+// ~0.5 ulp) would rightly flag. This version is within ~0.6 ulp and its error
+// is essentially the final round-to-nearest (unbiased); measured over every f32
+// in [-104, 89] by the ScanExp test of validation/gpu/test_scan_parity.cpp.
+//
+// Method: n = rint(x·log2e); r1 = x − n·ln2_hi exactly (one fma: the exact
+// difference is representable, see below); r_lo = −n·ln2_lo (≤ 3e-7);
+// exp(r1 + r_lo) ≈ (1 + r1) + t1 + r_lo·e^r1, t1 = r1²·P(r1) + e1, with P the degree-6
+// Taylor polynomial of (e^r − 1 − r)/r² (truncation < 2e-10 relative on
+// |r| ≤ 0.35) and e1 the exact rounding error of 1 + r1 (Fast2Sum); one final
+// rounding, then an exact two-step scaling by 2^n (handles subnormal results).
+// Exactness of r1: n·ln2_hi is a multiple of 2^-24 (|n| ≤ 150), and for n ≠ 0
+// |x| ≥ 0.34 so x is a multiple of 2^-25; the difference, |·| < 0.5, is a
+// multiple of 2^-25 below 2^-1: at most 24 significant bits.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MC_SCAN_HD __host__ __device__ __forceinline__
+#else
+#define MC_SCAN_HD inline
+#endif
+
+namespace mc::kern::scan_detail {
+
+// 2^k for k in [-126, 127], exactly.
+MC_SCAN_HD float exp2_int(int k) {
+  const uint32_t bits = uint32_t(k + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+MC_SCAN_HD float scan_expf(float x) {
+  // Clamp (NaN passes through: both comparisons are false). exp(89) overflows to
+  // +inf and exp(-104) rounds to 0 through the scaling below, like the true values.
+  if (x < -104.0f) x = -104.0f;
+  if (x > 89.0f) x = 89.0f;
+  const float n = rintf(x * 1.44269504088896341f);
+  const float r1 = fmaf(-n, 0.693147182464599609375f, x);  // ln2_hi = RN(ln2): exact result
+  const float r_lo = -n * -1.90465429995776788e-09f;         // −n·ln2_lo, ln2_lo = ln2 − ln2_hi
+  // P(r) = Σ_k r^k / (k+2)!, k = 0..6
+  float p = 1.0f / 40320.0f;
+  p = fmaf(p, r1, 1.0f / 5040.0f);
+  p = fmaf(p, r1, 1.0f / 720.0f);
+  p = fmaf(p, r1, 1.0f / 120.0f);
+  p = fmaf(p, r1, 1.0f / 24.0f);
+  p = fmaf(p, r1, 1.0f / 6.0f);
+  p = fmaf(p, r1, 0.5f);
+  const float hi = 1.0f + r1;
+  const float e1 = (1.0f - hi) + r1;  // exact (|1| >= |r1|)
+  const float t1 = fmaf(r1 * r1, p, e1);           // e^r1 = hi + t1 (+ rounding)
+  const float tail = fmaf(r_lo, hi + t1, t1);      // e^(r1 + r_lo) = e^r1·(1 + r_lo) + O(r_lo²)
+  const float m = hi + tail;                       // e^(x − n·ln2), in [0.70, 1.42]
+  // 2^n in two exact factors; the second multiply is the only rounding (also
+  // for subnormal results). A NaN n makes m NaN, so the clamp only keeps the
+  // integer conversion defined.
+  const float nc = n < -150.0f ? -150.0f : (n > 128.0f ? 128.0f : (n == n ? n : 0.0f));
+  const int ni = int(nc);
+  const int n1 = ni >> 1;
+  return (m * exp2_int(n1)) * exp2_int(ni - n1);
+}
+
+}  // namespace mc::kern::scan_detail
