@@ -19,6 +19,7 @@
 
 #include "compare.hpp"
 #include "param_layout.hpp"
+#include "report_json.hpp"
 
 namespace mc::check {
 
@@ -401,42 +402,27 @@ DeterminismRow row_from(const RerunChecker& c, std::string id, std::string test,
   return r;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += char(c);
-        }
-    }
-  }
-  return o;
-}
-
 std::string to_json_line(const DeterminismRow& r) {
-  auto str = [](const std::string& s) { return "\"" + json_escape(s) + "\""; };
-  auto b = [](bool v) { return v ? "true" : "false"; };
-  std::ostringstream os;
-  os << "{\"id\": " << str(r.id) << ", \"test\": " << str(r.test) << ", \"dtype\": " << str(r.dtype)
-     << ", \"scan\": " << str(r.scan) << ", \"runs\": " << r.runs
-     << ", \"hash\": " << str(hash_hex(r.hash)) << ", \"identical\": " << b(r.identical)
-     << ", \"first_diff_index\": " << (r.identical ? -1 : r.first_diff_index)
-     << ", \"ulp\": " << (r.identical ? 0 : r.ulp)
-     << ", \"expected_identical\": " << b(r.expected_identical)
-     << ", \"required\": " << b(r.required) << ", \"tensor\": " << str(r.tensor)
-     << ", \"max_ulp\": " << r.max_ulp << ", \"device\": " << r.device
-     << ", \"note\": " << str(r.note) << "}";
-  return os.str();
+  using report::json_bool;
+  using report::json_int;
+  using report::json_string;
+  return report::json_object({
+      {"id", json_string(r.id)},
+      {"test", json_string(r.test)},
+      {"dtype", json_string(r.dtype)},
+      {"scan", json_string(r.scan)},
+      {"runs", json_int(r.runs)},
+      {"hash", json_string(hash_hex(r.hash))},
+      {"identical", json_bool(r.identical)},
+      {"first_diff_index", json_int(r.identical ? -1 : r.first_diff_index)},
+      {"ulp", json_int(r.identical ? 0 : r.ulp)},
+      {"expected_identical", json_bool(r.expected_identical)},
+      {"required", json_bool(r.required)},
+      {"tensor", json_string(r.tensor)},
+      {"max_ulp", json_int(r.max_ulp)},
+      {"device", json_int(r.device)},
+      {"note", json_string(r.note)},
+  });
 }
 
 namespace {
@@ -508,7 +494,7 @@ void merge_determinism_json(const std::string& path, const std::string& context_
       all.emplace_back(r.id, line);
   }
   std::ostringstream os;
-  os << "{\n  \"schema\": \"mambacheck-validation/1\",\n  " << kWriterTag
+  os << "{\n  \"schema\": \"" << report::kValidationSchema << "\",\n  " << kWriterTag
      << ",\n  \"context\": " << context_json << ",\n  \"determinism\": [\n";
   for (size_t i = 0; i < all.size(); ++i)
     os << "    " << all[i].second << (i + 1 < all.size() ? "," : "") << "\n";

@@ -155,8 +155,8 @@ struct DeterminismRow {
 DeterminismRow row_from(const RerunChecker& c, std::string id, std::string test, std::string dtype,
                         std::string scan, std::string note);
 
-std::string json_escape(const std::string& s);
-std::string to_json_line(const DeterminismRow& r);  // one line, no trailing comma
+// One line, no trailing comma; encoded with report_json.hpp.
+std::string to_json_line(const DeterminismRow& r);
 
 // Adds `rows` to the validation JSON at `path` (created if absent): rows whose
 // id is already there are replaced, the others kept; `context_json` (a JSON

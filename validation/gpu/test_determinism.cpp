@@ -52,7 +52,6 @@
 #include <thread>
 #include <vector>
 
-#include "build_info.hpp"
 #include "cuda_check.hpp"
 #include "determinism.hpp"
 #include "determinism_cases.hpp"
@@ -60,6 +59,7 @@
 #include "gpu_test.hpp"
 #include "pipeline.hpp"
 #include "problem.hpp"
+#include "report_json.hpp"
 #include "testing_atomic_reduce.cuh"
 #include "testing_busy_load.cuh"
 
@@ -93,23 +93,20 @@ std::string scan_text(const Route& r) {
 
 // ---- JSON output --------------------------------------------------------------------------
 
-// What a bitwise claim depends on (reports/README.md context keys).
+// What a bitwise claim depends on (report_json.hpp context keys: GPU, SMs,
+// driver, runtime, cuBLAS, git sha/tree, build flags), plus this suite's own.
 std::string context_json() {
-  const gpu::DeviceInfo d = gpu::device_info(device());
-  std::ostringstream os;
-  os << "{\"tool\": \"test_determinism\", \"gpu_name\": \"" << check::json_escape(d.name)
-     << "\", \"gpu_index\": " << d.index << ", \"gpu_count\": " << gpu::device_count()
-     << ", \"gpu_cc\": \"" << d.cc_major << "." << d.cc_minor
-     << "\", \"gpu_sm_count\": " << d.sm_count << ", \"cuda_driver\": " << d.driver_version
-     << ", \"cuda_runtime\": " << d.runtime_version << ", \"cublas_version\": " << d.cublas_version
-     << ", \"git_sha\": \"" << build::kGitSha << "\", \"git_tree\": \"" << build::kGitDirty
-     << "\", \"build_flags\": \"" << check::json_escape(build::kBuildFlags)
-     << "\", \"gemm_math\": \"f32\", \"ctest_resource_allocation\": \""
-     << (ctest_gpu_allocation().active ? "on" : "off")
-     << "\", \"bitwise_claim\": \"identical bits are claimed only for this GPU model and SM "
-        "count, driver, CUDA runtime and cuBLAS versions, git sha and build flags, per route "
-        "(dtype, scan, d_state, f32 GEMM math) and problem shape\"}";
-  return os.str();
+  using report::json_string;
+  return report::context_json(
+      "test_determinism", /*with_gpu=*/true,
+      {{"gpu_count", report::json_int(gpu::device_count())},
+       {"gemm_math", json_string("f32")},
+       {"ctest_resource_allocation", json_string(ctest_gpu_allocation().active ? "on" : "off")},
+       {"bitwise_claim",
+        json_string("identical bits are claimed only for this GPU model and SM count, driver, "
+                    "CUDA runtime and cuBLAS versions, git sha and build flags, per route (dtype, "
+                    "scan, d_state, f32 GEMM math) and problem shape")}},
+      device());
 }
 
 // Prints the rows, records them as test properties and, when
