@@ -13,6 +13,10 @@
 #   validate  mambacheck validate --dtype all --scan both --json validation.json
 #   bench     bench_scan --sweep -> bench_scan.json; bench_train_step -> bench_train_step.json
 #   quickbench bench_scan (default small set) -> bench_scan_quick.json
+#   multigpu  ctest -L gpu spread over all GPUs (CTest resource spec), the cross-GPU
+#             bit check, and bench_scan --sweep sharded over the GPUs
+# The tests phase writes the precision and determinism rows the suites record to
+# validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900), CTEST_ARGS.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,7 +43,19 @@ for p in "${phases[@]}"; do
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;
     tests)
-      run_phase ctest-gpu bash -c "cd '$build' && ctest -L gpu --output-on-failure --output-junit '$out/logs/ctest-gpu.xml' ${CTEST_ARGS:-}" ;;
+      run_phase ctest-gpu env MAMBACHECK_PRECISION_JSON="$out/validation-precision.json" \
+        MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
+        bash -c "cd '$build' && ctest -L gpu --output-on-failure --output-junit '$out/logs/ctest-gpu.xml' ${CTEST_ARGS:-}" ;;
+    multigpu)
+      ngpu=$(nvidia-smi -L | grep -c '^GPU')
+      devs=$(seq -s, 0 $((ngpu - 1)))
+      run_phase resources "$root/scripts/ctest_gpu_resources.sh" "$build"
+      run_phase ctest-spread env MAMBACHECK_GPU_SPREAD=1 \
+        MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism-multigpu.json" \
+        bash -c "cd '$build' && ctest -L gpu --resource-spec-file ctest_gpu_resources.json -j $ngpu --output-on-failure ${CTEST_ARGS:-}"
+      run_phase crossgpu env MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism-multigpu.json" \
+        "$build/validation/test_determinism" --gtest_filter='CrossGpu.*'
+      run_phase bench_scan_sharded "$build/bench/bench_scan" --sweep --devices="$devs" --json="$out/bench_scan.json" ;;
     sanitize)
       run_phase sanitize env SANITIZE_LOG_DIR="$out/logs/sanitize" "$root/scripts/sanitize.sh" "$build" ;;
     validate)

@@ -90,7 +90,7 @@ class StepParity : public mc::testing::GpuTest {
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped()) return;
-    ctx_ = std::make_unique<mc::gpu::DeviceContext>(0, mc::gpu::GemmMath::F32);
+    ctx_ = std::make_unique<mc::gpu::DeviceContext>(mc::gpu::default_device(), mc::gpu::GemmMath::F32);
   }
   cudaStream_t s() const { return ctx_->stream(); }
 
