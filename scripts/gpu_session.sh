@@ -2,8 +2,8 @@
 # gpu_session.sh — everything a GPU machine should run in one go, for a build
 # folder made elsewhere (CMAKE_CUDA_ARCHITECTURES=90) and carried over:
 # device info, the GPU ctest suites, compute-sanitizer, `mambacheck validate`
-# on all dtypes, and the benchmarks. Results go to <out>: JSON files at the
-# top, logs under <out>/logs, everything also packed into <out>/logs.tar.gz.
+# on all dtypes, and the benchmarks. Results (JSON files at the top, logs under
+# logs/) are packed into <out>/results.tar.gz.
 #
 # usage: scripts/gpu_session.sh <build-dir> <out-dir> [phase ...]
 # phases (default: info tests sanitize validate bench):
@@ -68,5 +68,6 @@ for p in "${phases[@]}"; do
     *) echo "unknown phase $p"; status=2 ;;
   esac
 done
-tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
+# One archive of everything (a remote runner may fetch only a few files).
+(cd "$out" && tar -czf ../gpu_session_results.tar.gz . && rm -rf ./* && mv ../gpu_session_results.tar.gz results.tar.gz)
 exit $status
