@@ -15,11 +15,15 @@
 //
 // Cost (label slow): the CPU oracle dominates — a full forward + backward at
 // 16384 rows in f64 and again in f32. With the cache-blocked GEMMs of
-// reference_cpu/steps.cpp this was measured on a 2-core build machine as
-// ~6 CPU-s (d_model 768) and ~32 CPU-s (d_model 2048) per 1024 rows for O+P
-// together, i.e. ~100 and ~510 CPU-s per case, ~10 s and ~45 s on 16 cores;
-// host memory peaks at ~31 GB (d_model 2048, the f64 run: h_saved and the
-// scan's per-(b,t,d,n) partials, B·(T+1)·d_inner·d_state doubles each).
+// reference_cpu/steps.cpp, measured on one core of the (Sapphire Rapids)
+// build machine at reduced T and scaled linearly in B·T: O+P ≈ 5.4 CPU-s
+// (d_model 768) and ≈ 27 CPU-s (d_model 2048) per 1024 rows, i.e. ≈ 90 and
+// ≈ 430 CPU-s per case, 85-90% of it in OpenMP regions (GEMMs ~60%, scan
+// ~15%); the serial rest is mostly first-touch zeroing of the oracle's
+// value-initialised buffers and the per-tensor comparisons. Expected on 16
+// cores: ~15 s (768) and ~1 min (2048) per case; the wall times are printed.
+// Host memory peaks at ~40 GB (d_model 2048, the f64 run: h_saved and the
+// scan's per-(b,t,d,n) partials are B·(T+1)·d_inner·d_state doubles each).
 #include <gtest/gtest.h>
 
 #include <cstdio>
