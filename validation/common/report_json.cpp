@@ -2,10 +2,15 @@
 // report_json.hpp and reports/README.md for the schema).
 #include "report_json.hpp"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -113,6 +118,93 @@ void write_validation_json(const std::string& path, const std::string& context,
   out << "\n}\n";
   out.flush();
   if (!out) throw std::runtime_error("error while writing validation JSON '" + path + "'");
+}
+
+std::string with_id(const std::string& id, const std::string& row) {
+  if (row.empty() || row[0] != '{') throw std::invalid_argument("with_id: row is not an object");
+  return "{\"id\": " + json_string(id) + (row.size() > 2 ? ", " : "") + row.substr(1);
+}
+
+namespace {
+
+// Exclusive advisory lock on a file, held for the object's lifetime.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path + "': " + std::strerror(errno));
+    while (flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        const int e = errno;
+        close(fd_);
+        throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(e));
+      }
+    }
+  }
+  ~FileLock() { close(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::string writer_tag(const std::string& section) {
+  return "\"writer\": \"mambacheck report_json merge (" + section + ")\"";
+}
+
+// The row lines of a file merge_validation_rows wrote, in file order.
+std::vector<std::string> existing_rows(const std::string& path, const std::string& section) {
+  std::vector<std::string> rows;
+  std::ifstream f(path);
+  if (!f) return rows;  // absent: a new file
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return rows;
+  if (text.find(writer_tag(section)) == std::string::npos)
+    throw std::runtime_error("refusing to rewrite '" + path + "': it was not written by the '" +
+                             section + "' row merger (no writer tag); use a new file");
+  std::istringstream is(text);
+  const std::string prefix = "{\"id\": \"";
+  for (std::string line; std::getline(is, line);) {
+    const size_t p = line.find_first_not_of(' ');
+    if (p == std::string::npos || line.compare(p, prefix.size(), prefix) != 0) continue;
+    std::string row = line.substr(p);
+    while (!row.empty() && (row.back() == ',' || row.back() == ' ' || row.back() == '\r')) row.pop_back();
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+void merge_validation_rows(const std::string& path, const std::string& context,
+                           const std::string& section, const std::string& owner,
+                           const std::vector<std::string>& rows) {
+  FileLock lock(path + ".lock");
+  const std::string owned = "{\"id\": \"" + json_escape(owner);  // ids starting with owner
+  std::vector<std::string> all;
+  for (std::string& r : existing_rows(path, section))
+    if (r.compare(0, owned.size(), owned) != 0) all.push_back(std::move(r));
+  all.insert(all.end(), rows.begin(), rows.end());
+  std::ostringstream os;
+  os << "{\n  \"schema\": " << json_string(kValidationSchema) << ",\n  " << writer_tag(section)
+     << ",\n  \"context\": " << context << ",\n  " << json_string(section) << ": [\n";
+  for (size_t i = 0; i < all.size(); ++i) os << "    " << all[i] << (i + 1 < all.size() ? "," : "") << "\n";
+  os << "  ]\n}\n";
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    out << os.str();
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write validation JSON '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
+  }
 }
 
 }  // namespace mc::report

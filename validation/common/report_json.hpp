@@ -47,4 +47,18 @@ std::string precision_row_json(const std::string& dtype, const std::string& shap
 void write_validation_json(const std::string& path, const std::string& context,
                            const std::vector<std::pair<std::string, std::vector<std::string>>>& sections);
 
+// `row` (a one-line JSON object) with "id": id as its first key.
+std::string with_id(const std::string& id, const std::string& row);
+
+// Accumulates rows of several processes (ctest runs every test in its own)
+// in ONE validation JSON: the rows already in `path` (created if absent)
+// whose id starts with `owner` are dropped, `rows` (from with_id) appended,
+// the others kept, and the context replaced. Concurrent writers are
+// serialised with flock on <path>.lock; the file is written to a temporary
+// and renamed. It only rewrites files it wrote (a writer tag names
+// `section`); anything else is refused with an error naming the path.
+void merge_validation_rows(const std::string& path, const std::string& context,
+                           const std::string& section, const std::string& owner,
+                           const std::vector<std::string>& rows);
+
 }  // namespace mc::report

@@ -13,11 +13,13 @@
 // conv_final, ssm_final, d_input, d_conv0, d_ssm0, grad.<param kind>, the
 // layer index dropped) is printed as a table and recorded (RecordProperty).
 //
-// JSON: with MAMBACHECK_PRECISION_JSON=<dir>/<name>.json every compared
-// tensor becomes one "precision" row (reports/README.md schema, context from
-// report_json.hpp). ctest runs every test in its own process, so each test
-// writes its own file, <dir>/<name>.<Suite>.<Test>.json (a shared file would
-// be overwritten); pass them all to reports/generate.py --validation.
+// JSON: with MAMBACHECK_PRECISION_JSON=<path> every compared tensor becomes
+// one "precision" row (reports/README.md schema, context from
+// report_json.hpp) of that one file. ctest runs every test in its own
+// process, so each test MERGES its rows at its end (report::
+// merge_validation_rows: file lock, rows keyed by "<Suite>.<Test>|dtype|
+// shape|scan|seed|tensor"; a rerun of a test replaces that test's rows and
+// keeps the others'). Use a fresh path per session.
 //
 // Header only: it uses gtest, and each GPU suite is its own executable.
 #pragma once
@@ -145,37 +147,34 @@ class PrecisionJson {
   void add(const check::Comparison& c, DType dtype, const std::string& shape, ScanMode scan,
            uint64_t seed) {
     if (!enabled()) return;
-    for (const check::KRuleResult& r : c.tensors)
-      rows_.push_back(report::precision_row_json(
-          to_string(dtype), shape, r,
-          {{"scan", report::json_string(to_string(scan))},
-           {"seed", std::to_string(seed)},  // unsigned 64-bit
-           {"suite", report::json_string(current_test_name())}}));
+    const std::string test = current_test_name();
+    const std::string seed_s = std::to_string(seed);  // unsigned 64-bit
+    for (const check::KRuleResult& r : c.tensors) {
+      const std::string id = test + "|" + to_string(dtype) + "|" + shape + "|" +
+                             to_string(scan) + "|" + seed_s + "|" + r.tensor;
+      rows_.push_back(report::with_id(
+          id, report::precision_row_json(to_string(dtype), shape, r,
+                                         {{"scan", report::json_string(to_string(scan))},
+                                          {"seed", seed_s},
+                                          {"suite", report::json_string(test)}})));
+    }
   }
 
-  // <dir>/<name>.json -> <dir>/<name>.<Suite>.<Test>.json (see the file comment).
-  static std::string path_for_current_test() {
-    std::string base = env();
-    const std::string ext = ".json";
-    if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0)
-      base.resize(base.size() - ext.size());
-    std::string test = current_test_name();
-    std::replace(test.begin(), test.end(), '/', '_');
-    return base + "." + test + ".json";
-  }
-
-  // Writes this test's rows (if any) and clears them. Called from TearDown.
+  // Merges this test's rows (if any) into the file and clears them. Called
+  // from TearDown.
   void flush() {
     if (!enabled() || rows_.empty()) return;
-    const std::string path = path_for_current_test();
+    const std::string path = env();
     const std::string context = report::context_json(
-        "validation/gpu precision suite (" + current_test_name() + ")", gpu::gpu_available(),
+        "validation/gpu precision suites (test_precision, test_precision_model)",
+        gpu::gpu_available(),
         {{"f32_gemm", report::json_string("f32")},
          {"k_limit", report::json_number(check::kTypedKLimit)},
          {"check_finite", report::json_bool(true)}},
         gpu::default_device());
-    report::write_validation_json(path, context, {{"precision", rows_}});
-    std::cout << "precision JSON: " << rows_.size() << " rows -> " << path << "\n";
+    report::merge_validation_rows(path, context, "precision", current_test_name() + "|", rows_);
+    std::cout << "precision JSON: " << rows_.size() << " rows of " << current_test_name()
+              << " merged into " << path << "\n";
     rows_.clear();
   }
 
