@@ -38,7 +38,8 @@ void scan_fwd(bool parallel, const ScanShape& s, const T* delta, const T* u, con
               const T* Cm, const float* a_neg, const float* D, float* h, float* h_saved, T* y,
               cudaStream_t stream);
 
-// Bytes of scratch the backward needs (per-(b,t,d,n) dB/dC partials, per-b dD/dA_log partials).
+// Bytes of scratch the backward needs (dB/dC partials sized for one per
+// (b,t,d,n), which covers both modes; per-b dD/dA_log partials).
 size_t scan_bwd_scratch_bytes(const ScanShape& s);
 
 // Backward. Same inputs as the forward plus h_saved and dy [B, T, di] T ->
@@ -68,10 +69,13 @@ void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T
 // segment (one per state n), `segments` segments of `items` timesteps per chunk
 // of `chunk` timesteps; `smem_bytes` dynamic shared memory per block.
 // Sequential kernels: one thread per (b, d) in blocks of `threads`; chunk = T.
+// Backward only: `channels_per_block` consecutive channels d share one block
+// (their dB/dC terms summed in shared memory before the partials are written).
 struct ScanGeometry {
   int threads = 0, lanes = 0, segments = 0, items = 0;
   int64_t chunk = 0, blocks = 0;
   size_t smem_bytes = 0;
+  int channels_per_block = 1;
 };
 ScanGeometry scan_geometry(const ScanShape& s, bool parallel, bool backward);
 
@@ -93,12 +97,14 @@ ScanGeometry scan_geometry(const ScanShape& s, bool parallel, bool backward);
 //             write dB, dC             2*4*BT*ds
 //             r+w   dD, dA_log         2*4*(di + di*ds)     (+= accumulation)
 //             write dh0 (if wanted)    4*S
-// This implementation moves more in the backward: the per-(b,t,d,n) dB/dC
-// partials are written and read back once in f32 (+16*B*T*di*ds bytes, see
-// scan_bwd_extra_bytes), and the per-b dD/dA_log partials (negligible).
+// This implementation moves more in the backward: the dB/dC partials, one per
+// (b, t, channel group, n) in f32, are written and read back once
+// (16*B*T*ngrp*ds bytes, ngrp = di/channels_per_block: di for the sequential
+// kernel, di/dt for the parallel one, see ScanGeometry), and the per-b
+// dD/dA_log partials (negligible): scan_bwd_extra_bytes.
 size_t scan_fwd_min_bytes(const ScanShape& s, int elem_bytes, bool save);
 size_t scan_bwd_min_bytes(const ScanShape& s, int elem_bytes, bool with_dh0 = false);
-// Bytes this implementation's backward moves beyond scan_bwd_min_bytes.
-size_t scan_bwd_extra_bytes(const ScanShape& s);
+// Bytes the backward of the given mode moves beyond scan_bwd_min_bytes.
+size_t scan_bwd_extra_bytes(const ScanShape& s, bool parallel = true);
 
 }  // namespace mc::kern

@@ -12,24 +12,28 @@
 namespace mc::kern::scan_detail {
 
 // ---- launcher ------------------------------------------------------------------------
+// Returns the number of channel groups of the partials (ngrp) for the reduction.
 template <class T>
-void launch_scan_bwd(bool parallel, const ScanShape& s, const BwdArgs<T>& args,
-                     cudaStream_t stream) {
+int64_t launch_scan_bwd(bool parallel, const ScanShape& s, const BwdArgs<T>& args,
+                        cudaStream_t stream) {
   const std::string name =
       std::string(parallel ? "scan_bwd_par_kernel<" : "scan_bwd_seq_kernel<") + dtype_name<T>() +
       ">";
+  int64_t ngrp = s.di;
   if (parallel) {
-    const ParGeom geo = par_geom(s.T, s.ds);
+    const ParGeom geo = bwd_par_geom(s);
+    ngrp = bwd_groups(s, geo);
     const size_t smem = par_bwd_smem_floats(geo, s.ds) * sizeof(float);
     set_smem_limit(reinterpret_cast<const void*>(&scan_bwd_par_kernel<T>), smem,
                    par_bwd_smem_cap(), name.c_str());
-    launch(&scan_bwd_par_kernel<T>, dim3(unsigned(s.B * s.di)), dim3(geo.threads), smem, stream,
+    launch(&scan_bwd_par_kernel<T>, dim3(unsigned(s.B * ngrp)), dim3(geo.threads), smem, stream,
            args, geo);
   } else {
     const dim3 grid(unsigned((s.B * s.di + kSeqThreads - 1) / kSeqThreads));
     launch(&scan_bwd_seq_kernel<T>, grid, dim3(kSeqThreads), 0, stream, args);
   }
   MC_LAUNCH_CHECK(name.c_str());
+  return ngrp;
 }
 
 }  // namespace mc::kern::scan_detail
@@ -65,8 +69,8 @@ void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T
   const BwdArgs<T> args{s,  delta,      u,          Bm,         Cm,         a_neg,
                         D,  h_saved,    dy,         dh_final,   d_delta,    du,
                         sc.dB_part, sc.dC_part, sc.dAlog_part, sc.dD_part, dh0};
-  launch_scan_bwd<T>(parallel, s, args, stream);
-  launch_reduce_over_d(s, sc.dB_part, sc.dC_part, dB, dC, stream);
+  const int64_t ngrp = launch_scan_bwd<T>(parallel, s, args, stream);
+  launch_reduce_over_d(s, ngrp, sc.dB_part, sc.dC_part, dB, dC, stream);
   launch_reduce_over_b(s, sc.dAlog_part, sc.dD_part, dA_log, dD, stream);
 }
 

@@ -17,15 +17,18 @@
 // is what the parallel kernel composes per segment.
 //
 // Outputs of the kernels (all "=", no atomics): d_delta, du (typed, RN), the
-// f32 partials dB_part/dC_part [B,T,di,ds] (kept in f32 for every dtype — spec
-// pitfall 18 avoided), dAlog_part [B,di,ds], dD_part [B,di], dh0. Fixed-order
-// reduction kernels (scan_reduce.cu) then sum over d and over b.
+// f32 partials dB_part/dC_part [B,T,ngrp,ds] (kept in f32 for every dtype — spec
+// pitfall 18 avoided; ngrp = di, or di/dt when the parallel kernel groups dt
+// channels per block and pre-sums them in ascending d), dAlog_part [B,di,ds],
+// dD_part [B,di], dh0. Fixed-order reduction kernels (scan_reduce.cu) then sum
+// over the channel groups and over b.
 //
 // Parallel kernel: same segmented-lanes layout as the forward (scan_fwd_kernels.cuh),
 // walked backwards: chunks from last to first, inside a chunk the segment
 // prefix composes the LATER segments (g_end down to g+1) onto the carry from
 // the next chunk; the first segment's final e is the carry for the previous
-// chunk (and dh0 for chunk 0).
+// chunk (and dh0 for chunk 0). With dt > 1 the block repeats that for each of
+// its dt channels inside every chunk (per-channel carries in shared memory).
 #pragma once
 
 #include "scan_common.cuh"
@@ -68,8 +71,8 @@ __global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks) scan_bwd_seq_kerne
     const T* Crow = p.Cm + bc_idx(s, b, t, 0);
     const float* hc_row = p.h_saved + hs_idx(s, b, t + 1, d, 0);  // h_t
     const float* hp_row = p.h_saved + hs_idx(s, b, t, d, 0);      // h_{t-1}
-    float* dBp = p.dB_part + part_idx(s, b, t, d, 0);
-    float* dCp = p.dC_part + part_idx(s, b, t, d, 0);
+    float* dBp = p.dB_part + part_idx(s, s.di, b, t, d, 0);
+    float* dCp = p.dC_part + part_idx(s, s.di, b, t, d, 0);
 #pragma unroll
     for (int n = 0; n < kSeqMaxState; ++n) {
       if (n < ds) {
@@ -101,18 +104,27 @@ __global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks) scan_bwd_seq_kerne
 }
 
 // ---- parallel ------------------------------------------------------------------------
-// grid (B*di) x geo.threads, dynamic smem par_bwd_smem_floats(geo, ds) floats:
-//   agg_a [groups][ds] | agg_b [groups][ds] | carry [2][ds] | dal [groups][ds] |
-//   rdd [sw][part_ld] | rdu [sw][part_ld] | red [threads]
+// grid (B * ngrp) x geo.threads, ngrp = ceil(di / geo.dt). Block (b, grp) runs the
+// channels d = grp·dt .. grp·dt + dt − 1 one after another through each chunk, so
+// with dt > 1 (d_state <= 64, see bwd_par_geom) it sums their dB/dC terms in a
+// shared-memory tile (d ascending) and writes one partial per (b, t, grp, n):
+// dt times less partial traffic than one per (b, t, d, n). Dynamic smem
+// par_bwd_smem_floats(geo, ds) floats:
+//   agg_a [groups][ds] | agg_b [groups][ds] | carry [dt][2][ds] | dal [dt][groups][ds] |
+//   rdd [sw][part_ld] | rdu [sw][part_ld] | red [dt][threads] | tile_b, tile_c [items][groups][ds]
+// (the tile only when dt > 1). Every tile, dal and red entry is owned by one thread.
 template <class T>
 __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
     scan_bwd_par_kernel(BwdArgs<T> p, ParGeom geo) {
   extern __shared__ float smem[];
   const ScanShape& s = p.s;
-  const int64_t bd = blockIdx.x;  // = b*di + d
-  const int64_t b = bd / s.di, d = bd - b * s.di;
+  const int64_t ngrp = (s.di + geo.dt - 1) / geo.dt;
+  const int64_t b = blockIdx.x / ngrp, grp = blockIdx.x - b * ngrp;
+  const int64_t d0 = grp * geo.dt;
+  const int ndt = int(min(int64_t(geo.dt), s.di - d0));
+  const bool tiled = geo.dt > 1;
   const int ds = int(s.ds);
-  const int SW = geo.sw, G = geo.groups, CT = geo.chunk;
+  const int SW = geo.sw, G = geo.groups, CT = geo.chunk, NT = geo.threads;
   const int tid = threadIdx.x;
   const int j = tid & (SW - 1);  // state lane
   const int g = tid / SW;        // time segment
@@ -121,20 +133,20 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
   float* agg_a = smem;
   float* agg_b = agg_a + G * ds;
   float* carry = agg_b + G * ds;
-  float* dal = carry + 2 * ds;
-  float* rdd = dal + G * ds;
+  float* dal = carry + 2 * geo.dt * ds;
+  float* rdd = dal + geo.dt * G * ds;
   float* rdu = rdd + SW * r_ld;
   float* red = rdu + SW * r_ld;
+  float* tile_b = red + geo.dt * NT;
+  float* tile_c = tile_b + (tiled ? kItems * G * ds : 0);
 
-  const float* a_row = p.a_neg + d * s.ds;
-  const float Dd = p.D[d];
-
-  for (int n = tid; n < ds; n += blockDim.x) {
-    carry[n] = p.dh_final ? p.dh_final[bd * s.ds + n] : 0.f;
-    carry[ds + n] = 0.f;
+  for (int i = tid; i < ndt * ds; i += NT) {
+    const int dd = i / ds, n = i - dd * ds;
+    carry[(2 * dd) * ds + n] = p.dh_final ? p.dh_final[(b * s.di + d0 + dd) * s.ds + n] : 0.f;
+    carry[(2 * dd + 1) * ds + n] = 0.f;
   }
-  for (int i = tid; i < G * ds; i += blockDim.x) dal[i] = 0.f;
-  float dD_acc = 0.f;  // Σ dy·u over the timesteps this thread outputs
+  for (int i = tid; i < ndt * G * ds; i += NT) dal[i] = 0.f;
+  for (int dd = 0; dd < ndt; ++dd) red[dd * NT + tid] = 0.f;  // Σ dy·u of the outputs of tid
   // (made visible by the first barrier below)
 
   for (int64_t cc = 0; cc < geo.nchunks; ++cc) {
@@ -143,127 +155,146 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
     const int64_t t0 = c0 + int64_t(g) * kItems;
     const int nvalid = int(max(int64_t(0), min(int64_t(kItems), s.T - t0)));
     const int g_end = int(min(int64_t(G - 1), (s.T - 1 - c0) / kItems));
-    const float* carry_in = carry + (cc & 1) * ds;
-    float* carry_out = carry + ((cc + 1) & 1) * ds;
 
-    float dl[kItems], uu[kItems], dyv[kItems], pdd[kItems], pdu[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      dl[k] = 0.f;
-      uu[k] = 0.f;
-      dyv[k] = 0.f;
-      pdd[k] = 0.f;
-      pdu[k] = 0.f;
-      if (k < nvalid) {
-        const int64_t ia = act_idx(s, b, t0 + k, d);
-        dl[k] = load_f32(p.delta + ia);
-        uu[k] = load_f32(p.u + ia);
-        dyv[k] = load_f32(p.dy + ia);
-      }
-    }
+    for (int dd = 0; dd < ndt; ++dd) {
+      const int64_t d = d0 + dd, bd = b * s.di + d;
+      const float* a_row = p.a_neg + d * s.ds;
+      const float Dd = p.D[d];
+      const float* carry_in = carry + (2 * dd + (cc & 1)) * ds;
+      float* carry_out = carry + (2 * dd + ((cc + 1) & 1)) * ds;
 
-    // pass 1: reverse aggregates e_in -> α·e_in + β, needed only by earlier
-    // segments (0 < g <= g_end). (dA is recomputed in pass 2: keeping it, as the
-    // forward does, spills at 128 registers, and the backward is bound by the
-    // partials' memory traffic anyway.)
-    if (g > 0 && g <= g_end) {
-      for (int n = j; n < ds; n += SW) {
-        const float a = a_row[n];
-        const T* Ccol = p.Cm + bc_idx(s, b, t0, n);
-        float A = 1.f, Bc = 0.f;
-#pragma unroll
-        for (int k = kItems - 1; k >= 0; --k) {
-          if (k < nvalid) {
-            const float dA = scan_expf(dl[k] * a);
-            A *= dA;
-            Bc = dA * fmaf(dyv[k], load_f32(Ccol + k * s.ld_bc), Bc);
-          }
-        }
-        agg_a[g * ds + n] = A;
-        agg_b[g * ds + n] = Bc;
-      }
-    }
-    __syncthreads();
-
-    // pass 2: suffix from later segments, then re-run the segment backwards
-    if (g <= g_end) {
-      const int64_t hs_step = s.di * s.ds;
-      const int64_t part_step = s.di * s.ds;
-      for (int n = j; n < ds; n += SW) {
-        const float a = a_row[n];
-        float e = carry_in[n];
-        for (int gp = g_end; gp > g; --gp) e = fmaf(agg_a[gp * ds + n], e, agg_b[gp * ds + n]);
-        const T* Bcol = p.Bm + bc_idx(s, b, t0, n);
-        const T* Ccol = p.Cm + bc_idx(s, b, t0, n);
-        const float* hs = p.h_saved + hs_idx(s, b, t0, d, n);  // row t0 = h_{t0-1}
-        float* dBp = p.dB_part + part_idx(s, b, t0, d, n);
-        float* dCp = p.dC_part + part_idx(s, b, t0, d, n);
-        float hc = __ldg(hs + nvalid * hs_step);  // h_t for the last valid t of the segment
-        float dal_seg = 0.f;
-#pragma unroll
-        for (int k = kItems - 1; k >= 0; --k) {
-          if (k < nvalid) {
-            const float hp = __ldg(hs + k * hs_step);
-            const float bv = load_f32(Bcol + k * s.ld_bc);
-            const float cv = load_f32(Ccol + k * s.ld_bc);
-            const float dA = scan_expf(dl[k] * a);
-            const float dh = fmaf(dyv[k], cv, e);
-            dCp[k * part_step] = dyv[k] * hc;
-            dBp[k * part_step] = dh * (dl[k] * uu[k]);
-            pdd[k] = fmaf(dh, fmaf(a * dA, hp, uu[k] * bv), pdd[k]);
-            pdu[k] = fmaf(dh, dl[k] * bv, pdu[k]);
-            dal_seg = fmaf(dh * dA, dl[k] * a * hp, dal_seg);
-            e = dA * dh;
-            hc = hp;
-          }
-        }
-        dal[g * ds + n] += dal_seg;  // entry owned by this thread
-        if (g == 0) {
-          carry_out[n] = e;
-          if (c == 0 && p.dh0) p.dh0[bd * s.ds + n] = e;
-        }
-      }
+      float dl[kItems], uu[kItems], dyv[kItems], pdd[kItems], pdu[kItems];
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
-        rdd[j * r_ld + g * kItemStride + k] = pdd[k];
-        rdu[j * r_ld + g * kItemStride + k] = pdu[k];
-      }
-    }
-    __syncthreads();
-
-    // output: one thread per slot q = g*kItemStride + k, lanes summed in ascending j
-    for (int q = tid; q < G * kItemStride; q += blockDim.x) {
-      const int k = q % kItemStride;
-      const int64_t t = c0 + int64_t(q / kItemStride) * kItems + k;
-      if (k < kItems && t < s.T) {
-        const int64_t ia = act_idx(s, b, t, d);
-        const float dyt = load_f32(p.dy + ia);
-        dD_acc = fmaf(dyt, load_f32(p.u + ia), dD_acc);
-        float sdd = 0.f, sdu = __fmul_rn(dyt, Dd);
-        for (int jj = 0; jj < SW; ++jj) {
-          sdd += rdd[jj * r_ld + q];
-          sdu += rdu[jj * r_ld + q];
+        dl[k] = 0.f;
+        uu[k] = 0.f;
+        dyv[k] = 0.f;
+        pdd[k] = 0.f;
+        pdu[k] = 0.f;
+        if (k < nvalid) {
+          const int64_t ia = act_idx(s, b, t0 + k, d);
+          dl[k] = load_f32(p.delta + ia);
+          uu[k] = load_f32(p.u + ia);
+          dyv[k] = load_f32(p.dy + ia);
         }
-        store_rn(p.d_delta + ia, sdd);
-        store_rn(p.du + ia, sdu);
       }
+
+      // pass 1: reverse aggregates e_in -> α·e_in + β, needed only by earlier
+      // segments (0 < g <= g_end). (dA is recomputed in pass 2: keeping it, as the
+      // forward does, spills at 128 registers.)
+      if (g > 0 && g <= g_end) {
+        for (int n = j; n < ds; n += SW) {
+          const float a = a_row[n];
+          const T* Ccol = p.Cm + bc_idx(s, b, t0, n);
+          float A = 1.f, Bc = 0.f;
+#pragma unroll
+          for (int k = kItems - 1; k >= 0; --k) {
+            if (k < nvalid) {
+              const float dA = scan_expf(dl[k] * a);
+              A *= dA;
+              Bc = dA * fmaf(dyv[k], load_f32(Ccol + k * s.ld_bc), Bc);
+            }
+          }
+          agg_a[g * ds + n] = A;
+          agg_b[g * ds + n] = Bc;
+        }
+      }
+      __syncthreads();
+
+      // pass 2: suffix from later segments, then re-run the segment backwards
+      if (g <= g_end) {
+        const int64_t hs_step = s.di * s.ds;
+        const int64_t part_step = ngrp * s.ds;
+        for (int n = j; n < ds; n += SW) {
+          const float a = a_row[n];
+          float e = carry_in[n];
+          for (int gp = g_end; gp > g; --gp) e = fmaf(agg_a[gp * ds + n], e, agg_b[gp * ds + n]);
+          const T* Bcol = p.Bm + bc_idx(s, b, t0, n);
+          const T* Ccol = p.Cm + bc_idx(s, b, t0, n);
+          const float* hs = p.h_saved + hs_idx(s, b, t0, d, n);  // row t0 = h_{t0-1}
+          float* dBp = p.dB_part + part_idx(s, ngrp, b, t0, grp, n);
+          float* dCp = p.dC_part + part_idx(s, ngrp, b, t0, grp, n);
+          float hc = __ldg(hs + nvalid * hs_step);  // h_t for the last valid t of the segment
+          float dal_seg = 0.f;
+#pragma unroll
+          for (int k = kItems - 1; k >= 0; --k) {
+            if (k < nvalid) {
+              const float hp = __ldg(hs + k * hs_step);
+              const float bv = load_f32(Bcol + k * s.ld_bc);
+              const float cv = load_f32(Ccol + k * s.ld_bc);
+              const float dA = scan_expf(dl[k] * a);
+              const float dh = fmaf(dyv[k], cv, e);
+              float gB = dh * (dl[k] * uu[k]);
+              float gC = dyv[k] * hc;
+              if (tiled) {  // Σ over this block's channels, d ascending, in the owned tile entry
+                float* tb = tile_b + (k * G + g) * ds + n;
+                float* tc = tile_c + (k * G + g) * ds + n;
+                if (dd > 0) {
+                  gB = *tb + gB;
+                  gC = *tc + gC;
+                }
+                *tb = gB;
+                *tc = gC;
+              }
+              if (dd == ndt - 1) {
+                dBp[k * part_step] = gB;
+                dCp[k * part_step] = gC;
+              }
+              pdd[k] = fmaf(dh, fmaf(a * dA, hp, uu[k] * bv), pdd[k]);
+              pdu[k] = fmaf(dh, dl[k] * bv, pdu[k]);
+              dal_seg = fmaf(dh * dA, dl[k] * a * hp, dal_seg);
+              e = dA * dh;
+              hc = hp;
+            }
+          }
+          dal[(dd * G + g) * ds + n] += dal_seg;  // entry owned by this thread
+          if (g == 0) {
+            carry_out[n] = e;
+            if (c == 0 && p.dh0) p.dh0[bd * s.ds + n] = e;
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kItems; ++k) {
+          rdd[j * r_ld + g * kItemStride + k] = pdd[k];
+          rdu[j * r_ld + g * kItemStride + k] = pdu[k];
+        }
+      }
+      __syncthreads();
+
+      // output: one thread per slot q = g*kItemStride + k, lanes summed in ascending j
+      for (int q = tid; q < G * kItemStride; q += NT) {
+        const int k = q % kItemStride;
+        const int64_t t = c0 + int64_t(q / kItemStride) * kItems + k;
+        if (k < kItems && t < s.T) {
+          const int64_t ia = act_idx(s, b, t, d);
+          const float dyt = load_f32(p.dy + ia);
+          red[dd * NT + tid] = fmaf(dyt, load_f32(p.u + ia), red[dd * NT + tid]);
+          float sdd = 0.f, sdu = __fmul_rn(dyt, Dd);
+          for (int jj = 0; jj < SW; ++jj) {
+            sdd += rdd[jj * r_ld + q];
+            sdu += rdu[jj * r_ld + q];
+          }
+          store_rn(p.d_delta + ia, sdd);
+          store_rn(p.du + ia, sdu);
+        }
+      }
+      // rdd/rdu/agg/carry_in are next written after the next first barrier.
     }
-    // rdd/rdu/agg/carry_in are next written after the next chunk's first barrier.
   }
 
-  // dA_log partial: Σ over segments g ascending; dD partial: fixed halving tree.
-  red[tid] = dD_acc;
+  // dA_log partials: Σ over segments g ascending; dD partials: Σ over threads ascending.
   __syncthreads();
-  for (int n = tid; n < ds; n += blockDim.x) {
+  for (int i = tid; i < ndt * ds; i += NT) {
+    const int dd = i / ds, n = i - dd * ds;
     float acc = 0.f;
-    for (int gg = 0; gg < G; ++gg) acc += dal[gg * ds + n];
-    p.dAlog_part[bd * s.ds + n] = acc;
+    for (int gg = 0; gg < G; ++gg) acc += dal[(dd * G + gg) * ds + n];
+    p.dAlog_part[(b * s.di + d0 + dd) * s.ds + n] = acc;
   }
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (tid < half) red[tid] += red[tid + half];
-    __syncthreads();
+  for (int dd = tid; dd < ndt; dd += NT) {
+    float acc = 0.f;
+    for (int i = 0; i < NT; ++i) acc += red[dd * NT + i];
+    p.dD_part[b * s.di + d0 + dd] = acc;
   }
-  if (tid == 0) p.dD_part[bd] = red[0];
 }
 
 }  // namespace mc::kern::scan_detail

@@ -9,7 +9,8 @@
 //           sw = min(32, next_pow2(ds)), so a lane group never straddles a warp
 //   groups  time segments per chunk; threads = groups * sw
 //   chunk   timesteps per chunk = groups * kItems (each thread owns kItems consecutive t)
-// It is a pure function of (T, ds) — fixed launch geometry is part of the
+//   dt      backward only: consecutive channels one block runs (bwd_par_geom)
+// It is a pure function of the shape — fixed launch geometry is part of the
 // determinism contract (spec §5.1.7): same shape, same summation order, same bits.
 #pragma once
 
@@ -89,10 +90,11 @@ __host__ __device__ __forceinline__ int64_t hs_idx(const ScanShape& s, int64_t b
                                                    int64_t d, int64_t n) {
   return ((b * (s.T + 1) + tp) * s.di + d) * s.ds + n;
 }
-// [B, T, di, ds] per-(b,t,d,n) dB / dC partials of the backward
-__host__ __device__ __forceinline__ int64_t part_idx(const ScanShape& s, int64_t b, int64_t t,
-                                                     int64_t d, int64_t n) {
-  return ((b * s.T + t) * s.di + d) * s.ds + n;
+// [B, T, ngrp, ds] dB / dC partials of the backward: one per (b, t, channel group,
+// n); a group is one channel (ngrp = di) or dt consecutive channels (ngrp = ceil(di/dt))
+__host__ __device__ __forceinline__ int64_t part_idx(const ScanShape& s, int64_t ngrp, int64_t b,
+                                                     int64_t t, int64_t grp, int64_t n) {
+  return ((b * s.T + t) * ngrp + grp) * s.ds + n;
 }
 
 // ---- kernel arguments --------------------------------------------------------------
@@ -124,8 +126,8 @@ struct BwdArgs {
   const float* dh_final;    // [B, di, ds] or nullptr (= 0)
   T* d_delta;               // [B, T, di] (=)
   T* du;                    // [B, T, di] (=)
-  float* dB_part;           // [B, T, di, ds] (=) scratch
-  float* dC_part;           // [B, T, di, ds] (=) scratch
+  float* dB_part;           // [B, T, ngrp, ds] (=) scratch
+  float* dC_part;           // [B, T, ngrp, ds] (=) scratch
   float* dAlog_part;        // [B, di, ds] (=) scratch
   float* dD_part;           // [B, di] (=) scratch
   float* dh0;               // [B, di, ds] (=) or nullptr
@@ -138,6 +140,7 @@ struct ParGeom {
   int threads;      // = groups * sw
   int chunk;        // timesteps per chunk = groups * kItems
   int64_t nchunks;  // ceil(T / chunk)
+  int dt = 1;       // backward: channels per block (consecutive d), see bwd_par_geom
 };
 
 inline ParGeom par_geom(int64_t T, int64_t ds) {
@@ -169,17 +172,43 @@ inline size_t par_fwd_smem_floats(const ParGeom& g, int64_t ds) {
          + size_t(g.sw) * part_ld(g);       // per-lane y partials
 }
 inline size_t par_bwd_smem_floats(const ParGeom& g, int64_t ds) {
-  return size_t(2 * g.groups * ds)          // segment aggregates (A, B)
-         + size_t(2 * ds)                   // double-buffered chunk carry
-         + size_t(g.groups * ds)            // dA_log accumulators
-         + size_t(2 * g.sw) * part_ld(g)    // per-lane d_delta / du partials
-         + size_t(g.threads);               // dD block reduction
+  return size_t(2 * g.groups * ds)                       // segment aggregates (A, B)
+         + size_t(2 * g.dt * ds)                         // double-buffered carry per channel
+         + size_t(g.dt * g.groups * ds)                  // dA_log accumulators per channel
+         + size_t(2 * g.sw) * part_ld(g)                 // per-lane d_delta / du partials
+         + size_t(g.dt * g.threads)                      // dD accumulators per channel
+         + (g.dt > 1 ? size_t(2 * kItems * g.groups * ds) : 0);  // dB/dC tile
 }
+
+// Shared memory one backward block may use: two blocks per SM (the register
+// budget of kMinParBlocks) fit the 228 KiB of an sm_90 SM.
+constexpr size_t kBwdSmemBudget = size_t(100) << 10;
+// Enough blocks to fill the GPU several times over before channels are grouped.
+constexpr int64_t kBwdBlocksPerGroupStep = 1024;
+
+// Backward geometry: par_geom plus dt, the channels one block runs back to back.
+// dt in {8, 4, 2} only when d_state <= 64 (the dB/dC tile), the tile fits the
+// budget and B·di/dt >= kBwdBlocksPerGroupStep blocks remain; else 1. A pure
+// function of the shape (determinism: the d-summation grouping is fixed by it).
+inline ParGeom bwd_par_geom(const ScanShape& s) {
+  ParGeom g = par_geom(s.T, s.ds);
+  g.dt = 1;
+  if (s.ds > 64) return g;
+  for (int dt = 8; dt > 1; dt /= 2) {
+    ParGeom t = g;
+    t.dt = dt;
+    if (s.B * s.di >= int64_t(dt) * kBwdBlocksPerGroupStep &&
+        par_bwd_smem_floats(t, s.ds) * sizeof(float) <= kBwdSmemBudget)
+      return t;
+  }
+  return g;
+}
+inline int64_t bwd_groups(const ScanShape& s, const ParGeom& g) { return (s.di + g.dt - 1) / g.dt; }
 
 // ---- backward scratch ---------------------------------------------------------------
 struct BwdScratch {
-  float* dB_part;     // [B, T, di, ds]
-  float* dC_part;     // [B, T, di, ds]
+  float* dB_part;     // [B, T, ngrp <= di, ds]  (sized for ngrp = di)
+  float* dC_part;     // [B, T, ngrp <= di, ds]
   float* dAlog_part;  // [B, di, ds]
   float* dD_part;     // [B, di]
 };
@@ -189,9 +218,9 @@ void bwd_scratch_offsets(const ScanShape& s, size_t offsets[5]);
 BwdScratch carve_bwd_scratch(const ScanShape& s, void* scratch);
 
 // ---- fixed-order reductions (scan_reduce.cu) ------------------------------------------
-// dB_part, dC_part [B*T, di, ds] -> dB, dC [B*T, ds] (=), d ascending from 0.
-void launch_reduce_over_d(const ScanShape& s, const float* dB_part, const float* dC_part,
-                          float* dB, float* dC, cudaStream_t stream);
+// dB_part, dC_part [B*T, ngrp, ds] -> dB, dC [B*T, ds] (=), groups ascending from 0.
+void launch_reduce_over_d(const ScanShape& s, int64_t ngrp, const float* dB_part,
+                          const float* dC_part, float* dB, float* dC, cudaStream_t stream);
 // dAlog_part [B, di, ds] -> dA_log [di, ds] (+=); dD_part [B, di] -> dD [di] (+=); b ascending.
 void launch_reduce_over_b(const ScanShape& s, const float* dAlog_part, const float* dD_part,
                           float* dA_log, float* dD, cudaStream_t stream);
@@ -207,7 +236,9 @@ inline size_t par_fwd_smem_cap() {
   return par_fwd_smem_floats(par_geom(1, Limits::kMaxDState), Limits::kMaxDState) * sizeof(float);
 }
 inline size_t par_bwd_smem_cap() {
-  return par_bwd_smem_floats(par_geom(1, Limits::kMaxDState), Limits::kMaxDState) * sizeof(float);
+  const size_t untiled =
+      par_bwd_smem_floats(par_geom(1, Limits::kMaxDState), Limits::kMaxDState) * sizeof(float);
+  return untiled > kBwdSmemBudget ? untiled : kBwdSmemBudget;
 }
 
 }  // namespace mc::kern::scan_detail

@@ -103,13 +103,15 @@ ScanGeometry scan_geometry(const ScanShape& s, bool parallel, bool backward) {
   check_scan_shape(s, parallel);
   ScanGeometry g;
   if (parallel) {
-    const scan_detail::ParGeom pg = scan_detail::par_geom(s.T, s.ds);
+    const scan_detail::ParGeom pg =
+        backward ? scan_detail::bwd_par_geom(s) : scan_detail::par_geom(s.T, s.ds);
     g.threads = pg.threads;
     g.lanes = pg.sw;
     g.segments = pg.groups;
     g.items = scan_detail::kItems;
     g.chunk = pg.chunk;
-    g.blocks = s.B * s.di;
+    g.channels_per_block = pg.dt;
+    g.blocks = s.B * scan_detail::bwd_groups(s, pg);
     g.smem_bytes = sizeof(float) * (backward ? scan_detail::par_bwd_smem_floats(pg, s.ds)
                                              : scan_detail::par_fwd_smem_floats(pg, s.ds));
   } else {
@@ -156,8 +158,11 @@ size_t scan_bwd_min_bytes(const ScanShape& s, int e, bool with_dh0) {
   return bytes;
 }
 
-size_t scan_bwd_extra_bytes(const ScanShape& s) {
-  const size_t part = size_t(s.B) * size_t(s.T) * size_t(s.di) * size_t(s.ds) * 4;
+size_t scan_bwd_extra_bytes(const ScanShape& s, bool parallel) {
+  check_scan_shape(s, parallel);
+  const int64_t ngrp =
+      parallel ? scan_detail::bwd_groups(s, scan_detail::bwd_par_geom(s)) : s.di;
+  const size_t part = size_t(s.B) * size_t(s.T) * size_t(ngrp) * size_t(s.ds) * 4;
   const size_t per_b = size_t(s.B) * size_t(s.di) * (size_t(s.ds) + 1) * 4;
   return 2 * 2 * part + 2 * per_b;  // dB/dC partials written + read; dA_log/dD partials
 }

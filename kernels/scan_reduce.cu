@@ -16,11 +16,11 @@ unsigned reduce_grid(int64_t n) {
 
 }  // namespace
 
-void launch_reduce_over_d(const ScanShape& s, const float* dB_part, const float* dC_part,
-                          float* dB, float* dC, cudaStream_t stream) {
+void launch_reduce_over_d(const ScanShape& s, int64_t ngrp, const float* dB_part,
+                          const float* dC_part, float* dB, float* dC, cudaStream_t stream) {
   const int64_t rows = s.B * s.T;
   launch(&reduce_over_d_kernel, dim3(reduce_grid(rows * s.ds)), dim3(kReduceThreads), 0, stream,
-         dB_part, dC_part, dB, dC, rows, s.di, s.ds);
+         dB_part, dC_part, dB, dC, rows, ngrp, s.ds);
   MC_LAUNCH_CHECK("scan reduce_over_d_kernel (dB, dC)");
 }
 

@@ -13,23 +13,25 @@ namespace mc::kern::scan_detail {
 
 constexpr int kReduceThreads = 256;
 
-// dB_part, dC_part [rows, di, ds] -> dB, dC [rows, ds] (=), Σ over d ascending.
+// dB_part, dC_part [rows, ngrp, ds] -> dB, dC [rows, ds] (=), Σ over the channel
+// groups ascending (a group holds one channel, or dt consecutive channels already
+// summed in ascending d by the scan kernel).
 // Threads of a warp take consecutive (r, n): for each d the warp reads runs of
 // ds contiguous floats (coalesced). 64-bit indices: rows·di·ds may exceed 2^31.
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_over_d_kernel(const float* __restrict__ dB_part, const float* __restrict__ dC_part,
-                         float* __restrict__ dB, float* __restrict__ dC, int64_t rows, int64_t di,
+                         float* __restrict__ dB, float* __restrict__ dC, int64_t rows, int64_t ngrp,
                          int64_t ds) {
   const int64_t n_out = rows * ds;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_out; i += stride) {
     const int64_t r = i / ds, n = i - r * ds;
-    const float* pb = dB_part + r * di * ds + n;
-    const float* pc = dC_part + r * di * ds + n;
+    const float* pb = dB_part + r * ngrp * ds + n;
+    const float* pc = dC_part + r * ngrp * ds + n;
     float sb = 0.f, sc = 0.f;
-    for (int64_t d = 0; d < di; ++d) {
-      sb += __ldg(pb + d * ds);
-      sc += __ldg(pc + d * ds);
+    for (int64_t q = 0; q < ngrp; ++q) {
+      sb += __ldg(pb + q * ds);
+      sc += __ldg(pc + q * ds);
     }
     dB[i] = sb;
     dC[i] = sc;

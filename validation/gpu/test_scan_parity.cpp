@@ -16,7 +16,8 @@
 //
 // Cases: T in {1, 2, 7, 255, 256, 257, 1021 (prime), 1023, 1024, 1025, 3072}
 // plus chunk-1/chunk/chunk+1/2·chunk+1 of the parallel geometry; d_state in
-// {1, 16, 63, 64, 65, 128, 256}; odd d_inner; B 1..4 (more when a tensor would
+// {1, 16, 63, 64, 65, 128, 256}; odd d_inner (17..21, and 1031..4111 so the
+// parallel backward groups 2/4/8 channels per block); B 1..4 (more when a tensor would
 // have < 16 elements — the k-rule needs >= 16, model_check.hpp); non-zero
 // initial states; Bm/Cm either contiguous or strided views into an xdbl-like
 // buffer (ld_bc = dr + 2·ds); dD and dA_log accumulated onto non-zero values.
@@ -145,6 +146,8 @@ struct ScanCase {
     return os.str();
   }
 };
+
+void PrintTo(const ScanCase& c, std::ostream* os) { *os << c.name(); }
 
 constexpr int64_t kXdblDr = 3;  // dt_rank columns in front of B|C in the xdbl layout
 
@@ -440,6 +443,25 @@ std::vector<ScanCase> all_cases() {
   for (DType dt : {DType::BF16, DType::F16})
     for (int64_t T : {1, 257, 1025, 3072})
       for (int64_t ds : {16, 65, 256}) cases.push_back(make_case(dt, T, ds, cases.size()));
+  // Wide channel counts: the parallel backward then runs 2, 4 or 8 consecutive
+  // channels per block and sums their dB/dC terms in shared memory (odd di:
+  // the last group is partial).
+  struct Wide {
+    DType dt;
+    int64_t B, T, di, ds;
+  };
+  for (const Wide& w : {Wide{DType::F32, 2, 203, 1031, 16}, Wide{DType::F32, 1, 97, 4099, 64},
+                        Wide{DType::F32, 2, 131, 4111, 5}, Wide{DType::BF16, 2, 61, 4111, 33}}) {
+    ScanCase c;
+    c.dtype = w.dt;
+    c.B = w.B;
+    c.T = w.T;
+    c.di = w.di;
+    c.ds = w.ds;
+    c.xdbl = cases.size() % 2 == 1;
+    c.seed = 1000 + cases.size();
+    cases.push_back(c);
+  }
   for (DType dt : {DType::F32, DType::BF16}) {
     ScanCase c = make_case(dt, 517, 16, cases.size());
     c.chained = true;
@@ -729,6 +751,13 @@ TEST(ScanContract, TrafficModelAndScratch) {
             4 * S);
   EXPECT_GE(mc::kern::scan_bwd_scratch_bytes(s), 2 * BT * di * ds * 4 + S * 4 + 3 * di * 4);
   EXPECT_EQ(mc::kern::scan_bwd_extra_bytes(s), 16 * BT * di * ds + 2 * 3 * di * (ds + 1) * 4);
+  // grouped channels: partial traffic divided by the group size
+  const ScanShape w{8, 100, 1536, 16, 16};
+  const auto g = mc::kern::scan_geometry(w, true, true);
+  EXPECT_EQ(g.channels_per_block, 8);
+  const size_t part = 8 * 100 * size_t(1536 / 8) * 16 * 4, per_b = 8 * 1536 * 17 * 4;
+  EXPECT_EQ(mc::kern::scan_bwd_extra_bytes(w, true), 4 * part + 2 * per_b);
+  EXPECT_EQ(mc::kern::scan_bwd_extra_bytes(w, false), 4 * part * 8 + 2 * per_b);
 }
 
 TEST(ScanContract, ParallelGeometryCoversEveryDState) {
@@ -741,8 +770,24 @@ TEST(ScanContract, ParallelGeometryCoversEveryDState) {
     EXPECT_GE(g.lanes, std::min<int64_t>(ds, 32)) << ds;
     EXPECT_EQ(g.chunk, int64_t(g.segments) * g.items) << ds;
     EXPECT_EQ(g.blocks, 10) << ds;
-    EXPECT_LE(g.smem_bytes, size_t(100) << 10) << ds << ": fits several blocks per SM";
+    EXPECT_EQ(g.channels_per_block, 1) << ds << ": too few blocks to group channels";
+    EXPECT_LE(g.smem_bytes, size_t(100) << 10) << ds << ": two blocks per SM fit";
+    // many channels: grouped where d_state <= 64, never over the shared-memory budget
+    for (int64_t di : {1031, 4099, 8191, 65535}) {
+      const ScanShape w{4, 1000, di, ds, ds};
+      const auto gw = mc::kern::scan_geometry(w, true, true);
+      const int dt = gw.channels_per_block;
+      EXPECT_TRUE(dt == 1 || dt == 2 || dt == 4 || dt == 8) << ds << " " << di;
+      if (ds > 64) {
+        EXPECT_EQ(dt, 1) << ds;
+      }
+      EXPECT_GE(4 * di, int64_t(dt) * 1024) << ds << " " << di << ": enough blocks left";
+      EXPECT_EQ(gw.blocks, 4 * ((di + dt - 1) / dt)) << ds << " " << di;
+      EXPECT_LE(gw.smem_bytes, size_t(100) << 10) << ds << " " << di;
+    }
   }
+  EXPECT_EQ(mc::kern::scan_geometry(ScanShape{4, 1000, 65535, 16, 16}, true, true)
+                .channels_per_block, 8);
 }
 
 // The kernels' exp (scan_math.cuh) is host/device code: checked here on the
