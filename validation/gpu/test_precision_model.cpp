@@ -18,7 +18,7 @@
 // reference_cpu/steps.cpp, measured on one core of the (Sapphire Rapids)
 // build machine at reduced T and scaled linearly in B·T: O+P ≈ 5.4 CPU-s
 // (d_model 768) and ≈ 27 CPU-s (d_model 2048) per 1024 rows, i.e. ≈ 90 and
-// ≈ 430 CPU-s per case, 85-90% of it in OpenMP regions (GEMMs ~60%, scan
+// ≈ 430 CPU-s per case, ~80-85% of it in OpenMP regions (GEMMs ~60%, scan
 // ~15%); the serial rest is mostly first-touch zeroing of the oracle's
 // value-initialised buffers and the per-tensor comparisons. Expected on 16
 // cores: ~15 s (768) and ~1 min (2048) per case; the wall times are printed.
