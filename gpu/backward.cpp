@@ -49,6 +49,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
 
   // B0
   const T* dHt = typed_copy_of_dH();
+  fc_.check("B0 typed dH", l, "d_H_typed", dHt, R * dm);
   // B1 out_proj: dG = dH'·W_outᵀ, dW_out += Gᵀ·dH'
   gemm_.input_grad<T, T>(layer + "out_proj dX", dHt, w(off.out_proj_w), dG, R, di, dm);
   gemm_.weight_grad<T>(layer + "out_proj dW", a.gated, di, dHt, g(off.out_proj_w), R, di, dm);

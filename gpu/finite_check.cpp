@@ -34,6 +34,21 @@ void FiniteChecker::plan(BufferPlan& plan, int64_t max_elements) {
 
 template <class T>
 void FiniteChecker::check(const char* step, int layer, const char* tensor, const T* p, int64_t n) {
+  scan(step, layer, tensor, p, n, storage_name<T>(), std::is_same<T, __half>::value);
+}
+
+template <class R>
+void FiniteChecker::check_rounded(const char* step, int layer, const char* tensor, const float* p,
+                                  int64_t n) {
+  const std::string storage = std::string("f32 holding ") + storage_name<R>() + "-rounded values";
+  scan(step, layer, tensor, p, n, storage.c_str(), std::is_same<R, __half>::value);
+}
+
+// The inputs of this step were checked before it ran: a non-finite output whose
+// values are f16 (stored or rounded) of finite inputs is an overflow of f16.
+template <class T>
+void FiniteChecker::scan(const char* step, int layer, const char* tensor, const T* p, int64_t n,
+                         const char* storage, bool overflow) {
   if (!enabled_ || n == 0) return;
   if (n > max_elements_) {
     std::ostringstream os;
@@ -45,11 +60,8 @@ void FiniteChecker::check(const char* step, int layer, const char* tensor, const
   if (idx < 0) return;
   T v{};
   MC_CUDA_CHECK(cudaMemcpy(&v, p + idx, sizeof(T), cudaMemcpyDeviceToHost), "non-finite value");
-  // The inputs of this step were checked before it ran: a non-finite f16 output
-  // of finite inputs is an overflow of the storage dtype.
-  const bool overflow = std::is_same<T, __half>::value;
   std::ostringstream os;
-  os << "non-finite value " << host_f32(v) << " in " << tensor << " [" << storage_name<T>()
+  os << "non-finite value " << host_f32(v) << " in " << tensor << " [" << storage
      << "] at flat index " << idx << " of " << n << ", after step " << step;
   if (layer >= 0) os << " of layer " << layer;
   if (overflow) os << " (inputs were finite: f16 storage overflow)";
@@ -62,5 +74,11 @@ template void FiniteChecker::check<float>(const char*, int, const char*, const f
 template void FiniteChecker::check<__nv_bfloat16>(const char*, int, const char*,
                                                   const __nv_bfloat16*, int64_t);
 template void FiniteChecker::check<__half>(const char*, int, const char*, const __half*, int64_t);
+template void FiniteChecker::check_rounded<float>(const char*, int, const char*, const float*,
+                                                  int64_t);
+template void FiniteChecker::check_rounded<__nv_bfloat16>(const char*, int, const char*,
+                                                          const float*, int64_t);
+template void FiniteChecker::check_rounded<__half>(const char*, int, const char*, const float*,
+                                                   int64_t);
 
 }  // namespace mc::gpu

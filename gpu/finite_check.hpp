@@ -31,8 +31,16 @@ class FiniteChecker {
   // Throws NonFiniteError on the first NaN/Inf of p [n].
   template <class T>
   void check(const char* step, int layer, const char* tensor, const T* p, int64_t n);
+  // Same for an f32 buffer whose values were rounded to R (e.g. H0 = f32(q(...))):
+  // a non-finite value there is an overflow when R is f16.
+  template <class R>
+  void check_rounded(const char* step, int layer, const char* tensor, const float* p, int64_t n);
 
  private:
+  template <class T>
+  void scan(const char* step, int layer, const char* tensor, const T* p, int64_t n,
+            const char* storage, bool overflow);
+
   bool enabled_;
   cudaStream_t stream_;
   int64_t max_elements_ = 0;

@@ -102,7 +102,7 @@ void Pipeline<T>::forward() {
   gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), hs(0), dm, R, mid,
                           dm);
   kern::bias_add_round<T>(hs(0), p(lay_.input_proj_b), R, dm, s);
-  fc_.check("input_proj", -1, "H0", hs(0), R * dm);
+  fc_.check_rounded<T>("input_proj", -1, "H0", hs(0), R * dm);
   for (int l = 0; l < int(d_.L); ++l)
     layer_forward(l, saved(l), hs(l), hs(l + 1), conv_state(l, conv_state_.get()),
                   ssm_state(l, ssm_state_.get()));
@@ -139,7 +139,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   gemm_.forward<T, float>("target input_proj", xt, mid, w(lay_.input_proj_w), t.cur.get(), dm, R,
                           mid, dm);
   kern::bias_add_round<T>(t.cur.get(), p(lay_.input_proj_b), R, dm, s);
-  fc_.check("input_proj", -1, "H0", t.cur.get(), R * dm);
+  fc_.check_rounded<T>("input_proj", -1, "H0", t.cur.get(), R * dm);
   // nosave layers: no windows, no pc, no h_saved; one layer's buffers reused
   const LayerActs<T> acts{t.rms.get(),   t.post_norm.get(), t.z.get(),     t.gs.get(),
                           nullptr,       nullptr,           t.u.get(),     t.xdbl.get(),
