@@ -139,7 +139,7 @@ size_t case_min_bytes(const ScanCase& c, int64_t B, int64_t di) {
 
 size_t case_impl_bytes(const ScanCase& c, int64_t B, int64_t di) {
   kern::ScanShape s{B, c.T, di, c.ds, c.ds};
-  return case_min_bytes(c, B, di) + (has_bwd(c.op) ? kern::scan_bwd_extra_bytes(s) : 0);
+  return case_min_bytes(c, B, di) + (has_bwd(c.op) ? kern::scan_bwd_extra_bytes(s, c.parallel) : 0);
 }
 
 // ---------------------------------------------------------------------------
