@@ -13,8 +13,10 @@
 #   validate  mambacheck validate --dtype all --scan both --json validation.json
 #   bench     bench_scan --sweep -> bench_scan.json; bench_train_step -> bench_train_step.json
 #   quickbench bench_scan (default small set) -> bench_scan_quick.json
-#   multigpu  ctest -L gpu spread over all GPUs (CTest resource spec), the cross-GPU
-#             bit check, and bench_scan --sweep sharded over the GPUs
+#   multigpu  ctest -L gpu spread over all GPUs (CTest resource spec) and the cross-GPU
+#             bit check
+#   sweep_sharded  bench_scan --sweep sharded over all GPUs (bench_scan.dev<i>.json)
+#   train     bench_train_step -> bench_train_step.json
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900), CTEST_ARGS.
@@ -48,14 +50,19 @@ for p in "${phases[@]}"; do
         bash -c "cd '$build' && ctest -L gpu --output-on-failure --output-junit '$out/logs/ctest-gpu.xml' ${CTEST_ARGS:-}" ;;
     multigpu)
       ngpu=$(nvidia-smi -L | grep -c '^GPU')
-      devs=$(seq -s, 0 $((ngpu - 1)))
       run_phase resources "$root/scripts/ctest_gpu_resources.sh" "$build"
       run_phase ctest-spread env MAMBACHECK_GPU_SPREAD=1 \
-        MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism-multigpu.json" \
+        MAMBACHECK_PRECISION_JSON="$out/validation-precision.json" \
+        MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
         bash -c "cd '$build' && ctest -L gpu --resource-spec-file ctest_gpu_resources.json -j $ngpu --output-on-failure ${CTEST_ARGS:-}"
-      run_phase crossgpu env MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism-multigpu.json" \
-        "$build/validation/test_determinism" --gtest_filter='CrossGpu.*'
-      run_phase bench_scan_sharded "$build/bench/bench_scan" --sweep --devices="$devs" --json="$out/bench_scan.json" ;;
+      run_phase crossgpu env MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
+        "$build/validation/test_determinism" --gtest_filter='CrossGpu.*' ;;
+    sweep_sharded)
+      ngpu=$(nvidia-smi -L | grep -c '^GPU')
+      run_phase bench_scan_sharded "$build/bench/bench_scan" --sweep --devices="$(seq -s, 0 $((ngpu - 1)))" \
+        --json="$out/bench_scan.json" ;;
+    train)
+      run_phase bench_train_step "$build/bench/bench_train_step" --json="$out/bench_train_step.json" ;;
     sanitize)
       run_phase sanitize env SANITIZE_LOG_DIR="$out/logs/sanitize" "$root/scripts/sanitize.sh" "$build" ;;
     validate)
