@@ -15,6 +15,7 @@
 #   quickbench bench_scan (default small set) -> bench_scan_quick.json
 #   multigpu  ctest -L gpu spread over all GPUs (CTest resource spec) and the cross-GPU
 #             bit check
+#   sweep     bench_scan --sweep $SWEEP_ARGS on one GPU -> bench_scan.json
 #   sweep_sharded  bench_scan --sweep sharded over all GPUs (bench_scan.dev<i>.json)
 #   train     bench_train_step -> bench_train_step.json
 # The tests phase writes the precision and determinism rows the suites record to
@@ -57,6 +58,8 @@ for p in "${phases[@]}"; do
         bash -c "cd '$build' && ctest -L gpu --resource-spec-file ctest_gpu_resources.json -j $ngpu --output-on-failure ${CTEST_ARGS:-}"
       run_phase crossgpu env MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
         "$build/validation/test_determinism" --gtest_filter='CrossGpu.*' ;;
+    sweep)
+      run_phase bench_scan "$build/bench/bench_scan" --sweep ${SWEEP_ARGS:-} --json="$out/bench_scan.json" ;;
     sweep_sharded)
       ngpu=$(nvidia-smi -L | grep -c '^GPU')
       run_phase bench_scan_sharded "$build/bench/bench_scan" --sweep --devices="$(seq -s, 0 $((ngpu - 1)))" \
