@@ -680,14 +680,26 @@ def determinism_md(val_paths, contexts, det):
         out += [NOT_MEASURED.format(why="the 'determinism' section is empty."), ""]
         return "\n".join(out) + "\n"
 
+    def required(r):
+        return r.get("required", True) is not False
+
     def verdict(r):
         expected = r.get("expected_identical", True)
         return bool(r["identical"]) == bool(expected)
 
-    n_bad = sum(1 for r in det if not verdict(r))
+    def verdict_text(r):
+        if not required(r):
+            return "reported (not required)"
+        return "ok" if verdict(r) else "**UNEXPECTED**"
+
+    req = [r for r in det if required(r)]
+    n_bad = sum(1 for r in req if not verdict(r))
+    n_info = len(det) - len(req)
     out += ["## Summary", ""]
-    out.append(f"{len(det) - n_bad} of {len(det)} checks behave as expected"
-               + (f"; **{n_bad} do not**." if n_bad else "."))
+    out.append(f"{len(req) - n_bad} of {len(req)} required checks behave as expected"
+               + (f"; **{n_bad} do not**." if n_bad else ".")
+               + (f" {n_info} further rows are measured and reported, not required "
+                  f"(e.g. batch composition)." if n_info else ""))
     out.append("Negative controls (expected_identical = false) pass when a difference IS detected.")
     out.append("")
     rows = []
@@ -697,7 +709,7 @@ def determinism_md(val_paths, contexts, det):
                      "yes" if r.get("expected_identical", True) else "no (negative control)",
                      r["first_diff_index"] if not r["identical"] else "—",
                      r["ulp"] if not r["identical"] else "—",
-                     "ok" if verdict(r) else "**UNEXPECTED**",
+                     verdict_text(r),
                      r.get("note", "")))
     out.append(md_table(["test", "dtype", "scan", "runs", "hash (FNV-1a 64)", "identical",
                          "expected identical", "first diff index", "ULP there", "verdict", "note"],

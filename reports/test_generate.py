@@ -113,6 +113,9 @@ def validation_doc():
             {"test": "negative_control_atomic", "dtype": "f32", "scan": "parallel", "runs": 5,
              "hash": "0xaaaaaaaaaaaaaaaa", "identical": False, "first_diff_index": 7, "ulp": 1,
              "expected_identical": False},
+            {"test": "batch_invariance", "dtype": "f32", "scan": "parallel", "runs": 3,
+             "hash": "0xbbbbbbbbbbbbbbbb", "identical": False, "first_diff_index": 0, "ulp": 9,
+             "required": False},
         ],
     }
 
@@ -221,7 +224,10 @@ class GenerateTest(unittest.TestCase):
         det = self.read("determinism.md")
         self.assertIn("What a bitwise claim here depends on", det)
         self.assertIn("cuBLAS", det)
-        self.assertIn("2 of 3 checks behave as expected; **1 do not**", det)
+        self.assertIn("2 of 3 required checks behave as expected; **1 do not**", det)
+        self.assertIn("1 further rows are measured and reported, not required", det)
+        batch = [l for l in det.splitlines() if l.startswith("| batch_invariance")][0]
+        self.assertIn("| reported (not required) |", batch)
         self.assertIn("| cross_process | f32 | sequential | 2 | `0xfeedfacefeedface` | NO |", det)
         self.assertIn("4242", det)
         neg = [l for l in det.splitlines() if l.startswith("| negative_control_atomic")][0]
