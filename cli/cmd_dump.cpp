@@ -21,6 +21,7 @@
 #include "model_check.hpp"
 #include "npy.hpp"
 #include "param_layout.hpp"
+#include "report_json.hpp"
 
 namespace mc::cli {
 
@@ -62,10 +63,10 @@ void dump_tensor(const std::string& dir, Manifest& m, const std::string& name, c
                  const std::string& role) {
   const std::string file = name + ".npy";
   io::write_npy(dir + "/" + file, data, shape);
-  m.entries << (m.first ? "" : ",\n    ") << "{\"name\": \"" << io::json_escape(name)
+  m.entries << (m.first ? "" : ",\n    ") << "{\"name\": \"" << report::json_escape(name)
             << "\", \"file\": \"" << file << "\", \"dtype\": \""
             << (sizeof(T) == 8 ? "float64" : "float32") << "\", \"shape\": " << io::json_shape(shape)
-            << ", \"layout\": \"" << io::json_escape(layout) << "\", \"role\": \"" << role << "\"}";
+            << ", \"layout\": \"" << report::json_escape(layout) << "\", \"role\": \"" << role << "\"}";
   m.first = false;
 }
 

@@ -49,26 +49,6 @@ void write_npy(const std::string& path, const double* data, const std::vector<in
   write_raw(path, "<f8", data, 8, shape);
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o;
-}
-
 std::string json_shape(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << "[";

@@ -1,6 +1,6 @@
 // npy.hpp — minimal writer of NumPy .npy files (format version 1.0,
-// little-endian, C order) so that dumps load with numpy.load, plus a tiny
-// JSON string escaper for manifest.json.
+// little-endian, C order) so that dumps load with numpy.load, plus the shape
+// list of manifest.json.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,6 @@ namespace mc::io {
 void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const double* data, const std::vector<int64_t>& shape);
 
-std::string json_escape(const std::string& s);
 std::string json_shape(const std::vector<int64_t>& shape);  // "[2, 3]"
 
 }  // namespace mc::io

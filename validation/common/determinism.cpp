@@ -430,27 +430,6 @@ namespace {
 constexpr const char* kWriterTag = "\"writer\": \"mambacheck determinism (validation/common/determinism.cpp)\"";
 constexpr const char* kRowPrefix = "{\"id\": \"";
 
-// Exclusive advisory lock held for the object's lifetime.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path + "': " + std::strerror(errno));
-    while (flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        const int e = errno;
-        close(fd_);
-        throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(e));
-      }
-    }
-  }
-  ~FileLock() { close(fd_); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 // The rows of a file this writer produced, as (id, line), in file order.
 std::vector<std::pair<std::string, std::string>> existing_rows(const std::string& path) {
@@ -481,7 +460,7 @@ std::vector<std::pair<std::string, std::string>> existing_rows(const std::string
 
 void merge_determinism_json(const std::string& path, const std::string& context_json,
                             const std::vector<DeterminismRow>& rows) {
-  FileLock lock(path + ".lock");
+  report::FileLock lock(path + ".lock");
   auto all = existing_rows(path);
   for (const auto& r : rows) {
     if (r.id.empty() || r.id.find_first_of("\"\\") != std::string::npos)
@@ -499,13 +478,7 @@ void merge_determinism_json(const std::string& path, const std::string& context_
   for (size_t i = 0; i < all.size(); ++i)
     os << "    " << all[i].second << (i + 1 < all.size() ? "," : "") << "\n";
   os << "  ]\n}\n";
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  write_file(tmp, os.str());
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
-  }
+  report::replace_file_atomically(path, os.str());
 }
 
 }  // namespace mc::check

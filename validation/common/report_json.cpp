@@ -127,27 +127,6 @@ std::string with_id(const std::string& id, const std::string& row) {
 
 namespace {
 
-// Exclusive advisory lock on a file, held for the object's lifetime.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path + "': " + std::strerror(errno));
-    while (flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        const int e = errno;
-        close(fd_);
-        throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(e));
-      }
-    }
-  }
-  ~FileLock() { close(fd_); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 std::string writer_tag(const std::string& section) {
   return "\"writer\": \"mambacheck report_json merge (" + section + ")\"";
@@ -193,12 +172,30 @@ void merge_validation_rows(const std::string& path, const std::string& context,
      << ",\n  \"context\": " << context << ",\n  " << json_string(section) << ": [\n";
   for (size_t i = 0; i < all.size(); ++i) os << "    " << all[i] << (i + 1 < all.size() ? "," : "") << "\n";
   os << "  ]\n}\n";
+  replace_file_atomically(path, os.str());
+}
+
+FileLock::FileLock(const std::string& path) {
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path + "': " + std::strerror(errno));
+  while (flock(fd_, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      const int e = errno;
+      close(fd_);
+      throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(e));
+    }
+  }
+}
+
+FileLock::~FileLock() { close(fd_); }
+
+void replace_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream out(tmp);
-    out << os.str();
+    out << text;
     out.flush();
-    if (!out) throw std::runtime_error("cannot write validation JSON '" + tmp + "'");
+    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;

@@ -61,4 +61,21 @@ void merge_validation_rows(const std::string& path, const std::string& context,
                            const std::string& section, const std::string& owner,
                            const std::vector<std::string>& rows);
 
+// Exclusive advisory lock (flock) on `path`, created if absent, held for the
+// object's lifetime: serialises the writers of one JSON file across processes.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Writes `text` to a temporary beside `path` and renames it over `path`, so a
+// reader never sees a half-written file. Throws naming the path on failure.
+void replace_file_atomically(const std::string& path, const std::string& text);
+
 }  // namespace mc::report

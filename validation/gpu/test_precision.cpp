@@ -36,91 +36,13 @@
 #include "config.hpp"
 #include "model_check.hpp"
 #include "pipeline.hpp"
+#include "shape_generator.hpp"
 #include "precision_harness.hpp"
 
 namespace mc::testing {
 namespace {
 
 class PrecisionProperties : public PrecisionTest {};
-
-bool under_sanitizer() {
-  const char* s = std::getenv("MC_SANITIZE");
-  return s && *s && std::string(s) != "0";
-}
-
-// The sets of test_shape_properties.cpp, ordered small to large (rapidcheck
-// shrinks toward the front).
-std::vector<int64_t> seq_lens() {
-  if (under_sanitizer()) return {1, 2, 7, 31, 257};
-  return {1, 2, 3, 5, 7, 13, 31, 61, 127, 251, 255, 256, 257, 509, 1021, 1023, 1024, 1025, 2039,
-          3072};
-}
-std::vector<int> d_states() {
-  if (under_sanitizer()) return {1, 16, 65};
-  return {1, 16, 63, 64, 65, 128, 256};
-}
-
-struct Shape {
-  ModelConfig cfg;
-  int64_t B = 1, T = 1;
-  uint64_t seed = 0;
-};
-
-// Work units of one case's CPU oracle per precision (fwd + bwd): per layer and
-// token the four GEMMs ~ di*(3*dm + xd + dr) and the scan ~ 12*di*ds.
-double oracle_work(const ModelConfig& c, int64_t B, int64_t T) {
-  const double di = double(c.expand) * c.d_model;
-  return double(B) * double(T) * c.n_layers * di * (3.0 * c.d_model + 12.0 * c.d_state + 2.0);
-}
-// The f32 suite's budget (there for 10 oracle runs per case, 8 of them Monte
-// Carlo; here 2 plain ones): T 3072 with d_state 256 still fits at d_model 16.
-constexpr double kOracleWorkBudget = 1.6e8;
-
-// Shrinkable shape generator; d_model starts at kMinRuleElements (every
-// compared tensor needs >= 16 elements, model_check.hpp). Over budget, B,
-// then the layer count, then d_model, then expand are reduced.
-Shape gen_shape() {
-  Shape s;
-  s.T = *rc::gen::elementOf(seq_lens());
-  s.cfg.d_state = *rc::gen::elementOf(d_states());
-  s.cfg.d_conv = *rc::gen::inRange(1, 5);
-  const bool odd_inner = *rc::gen::arbitrary<bool>();
-  s.cfg.expand = odd_inner ? *rc::gen::element(1, 3) : *rc::gen::element(1, 2, 3);
-  int dm = *rc::gen::inRange(int(check::kMinRuleElements), 41);
-  if (odd_inner && dm % 2 == 0) ++dm;  // d_inner = expand*dm odd
-  s.cfg.d_model = dm;
-  s.cfg.n_layers = *rc::gen::inRange(1, 3);
-  s.B = *rc::gen::inRange<int64_t>(1, 5);
-  s.cfg.input_dim = *rc::gen::inRange(1, 9);
-  auto fix_input_dim = [&] {  // d_input [B*T, mid] needs >= 16 elements too
-    if (s.B * s.T * s.cfg.input_dim < check::kMinRuleElements)
-      s.cfg.input_dim = int((check::kMinRuleElements + s.B * s.T - 1) / (s.B * s.T));
-  };
-  fix_input_dim();
-  const int dm_min = odd_inner ? int(check::kMinRuleElements) + 1 : int(check::kMinRuleElements);
-  while (oracle_work(s.cfg, s.B, s.T) > kOracleWorkBudget) {
-    if (s.B > 1) {
-      --s.B;
-    } else if (s.cfg.n_layers > 1) {
-      --s.cfg.n_layers;
-    } else if (s.cfg.d_model > dm_min) {
-      s.cfg.d_model = dm_min;
-    } else if (s.cfg.expand > 1) {
-      s.cfg.expand = 1;  // keeps d_inner odd when it was
-    } else {
-      break;  // smallest shape of this (T, d_state): run it anyway
-    }
-    fix_input_dim();
-  }
-  s.seed = *rc::gen::noShrink(rc::gen::arbitrary<uint64_t>());
-  return s;
-}
-
-// Both scan modes when d_state allows the sequential kernel, else parallel only.
-std::vector<ScanMode> modes_for(const Shape& s) {
-  if (s.cfg.d_state <= Limits::kMaxSeqScanDState) return {ScanMode::Sequential, ScanMode::Parallel};
-  return {ScanMode::Parallel};
-}
 
 void check_over_shapes(DType dtype) {
   FamilyTable families;
