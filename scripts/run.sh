@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # run.sh — setup + build + the main job: `mambacheck validate` on the embedded
-# default config set, with its report under reports/out/. On a GPU machine it
-# also runs the GPU checks, the benchmarks and generates the reports.
+# default config set (CPU oracle self-checks; on a GPU machine also the GPU
+# checks for f32, bf16 and f16), then the reports under reports/out/. On a GPU
+# machine it also runs the GPU test suites (precision and determinism rows),
+# the bench_scan sweep and the training-step benchmark, so precision.md,
+# determinism.md and performance.md are all produced in one go.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -9,8 +12,22 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 out="${REPORT_DIR:-$root/reports/out}"
 mkdir -p "$out"
-"$build/cli/mambacheck" validate --dtype all --json "$out/validation.json" | tee "$out/validate.txt"
-if [ -x "$root/scripts/gpu_reports.sh" ] && "$build/cli/mambacheck" devices >/dev/null 2>&1; then
-  "$root/scripts/gpu_reports.sh" "$build" "$out"
+status=0
+"$build/cli/mambacheck" validate --dtype all --json "$out/validation.json" | tee "$out/validate.txt" ||
+  status=1
+bench=()
+validation=("$out/validation.json")
+if [ -x "$build/bench/bench_scan" ] && "$build/cli/mambacheck" devices >/dev/null 2>&1; then
+  rm -rf "$out/gpu"
+  "$root/scripts/gpu_session.sh" "$build" "$out/gpu" info tests sweep train || status=1
+  tar -xzf "$out/gpu/results.tar.gz" -C "$out/gpu"
+  for f in "$out"/gpu/bench_*.json; do [ -f "$f" ] && bench+=("$f"); done
+  for f in "$out"/gpu/validation-*.json; do [ -f "$f" ] && validation+=("$f"); done
+else
+  echo "run: no usable GPU: CPU checks only; the GPU sections of the reports say 'not measured'"
 fi
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+"$PY" "$root/reports/generate.py" --out "$out" --validation "${validation[@]}" \
+  ${bench[@]+--bench "${bench[@]}"}
 echo "run: reports in $out"
+exit $status
