@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "bench_context.hpp"
+#include "timed_loop.hpp"
 #include "bench_flags.hpp"
 #include "config.hpp"
 #include "cuda_check.hpp"
@@ -461,26 +462,15 @@ void run_case(benchmark::State& st, const ScanCase& c, int index) {
     return;
   }
   ScanRun& run = *g.run;
-  double total = 0;
-  try {
-    for (auto _ : st) {
-      run.prepare(g.stream);
-      g.scrub->scrub(g.stream);
-      run.timer.start(g.stream);
-      run.launch(g.stream);
-      run.timer.stop(g.stream);
-      const double s = run.timer.seconds();
-      st.SetIterationTime(s);
-      total += s;
-    }
-  } catch (const std::exception& e) {
-    g.run_error = std::string("error while timing: ") + e.what();
-    g.run.reset();
-    st.SkipWithError(g.run_error.c_str());
-    return;
-  }
-  if (st.iterations() == 0 || total <= 0) return;
-  const double t = total / double(st.iterations());
+  const double t = run_timed_loop(
+      st, run.timer, g.stream,
+      [&] {
+        run.prepare(g.stream);
+        g.scrub->scrub(g.stream);
+      },
+      [&] { run.launch(g.stream); }, &g.run_error);
+  if (t < 0) g.run.reset();
+  if (t <= 0) return;
   g.seconds[c.name] = t;
   set_counters(st, g, c, t);
   st.SetLabel(run.disposition.ok ? "ok" : "INCORRECT: " + run.disposition.detail);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench_context.hpp"
+#include "timed_loop.hpp"
 #include "bench_flags.hpp"
 #include "config.hpp"
 #include "cuda_check.hpp"
@@ -220,28 +221,20 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
   StepRun& run = *g.run;
   gpu::Model& m = *run.model;
   auto stream = static_cast<cudaStream_t>(m.stream_handle());
-  double total = 0;
-  try {
-    for (auto _ : st) {
-      m.reset_state();
-      // Whatever stream reset_state used, nothing of it may overlap the timed step.
-      MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before timing");
-      run.timer.start(stream);
-      m.forward_device();
-      m.backward_device();
-      run.timer.stop(stream);
-      const double s = run.timer.seconds();
-      st.SetIterationTime(s);
-      total += s;
-    }
-  } catch (const std::exception& e) {
-    g.run_error = std::string("error while timing: ") + e.what();
-    g.run.reset();
-    st.SkipWithError(g.run_error.c_str());
-    return;
-  }
-  if (st.iterations() == 0 || total <= 0) return;
-  const double t = total / double(st.iterations());
+  const double t = run_timed_loop(
+      st, run.timer, stream,
+      [&] {
+        m.reset_state();
+        // Whatever stream reset_state used, nothing of it may overlap the timed step.
+        MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before timing");
+      },
+      [&] {
+        m.forward_device();
+        m.backward_device();
+      },
+      &g.run_error);
+  if (t < 0) g.run.reset();
+  if (t <= 0) return;
   using benchmark::Counter;
   st.counters["tokens_per_s"] = Counter(double(c.B * c.T) / t);
   st.counters["TFLOPs"] = Counter(run.flops.total() / t / 1e12);
