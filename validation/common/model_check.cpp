@@ -15,10 +15,6 @@ namespace mc::check {
 
 namespace {
 
-template <class S>
-std::vector<S> cast_vec(const std::vector<float>& v) {
-  return std::vector<S>(v.begin(), v.end());
-}
 
 void quantise(std::vector<float>& v, int64_t off, int64_t n, DType t) {
   for (int64_t i = off; i < off + n; ++i) v[size_t(i)] = round_to(t, v[size_t(i)]);
@@ -78,41 +74,6 @@ ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint
   return in;
 }
 
-template <class S>
-ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage) {
-  const Dims d = Dims::from(in.cfg);
-  const ParamLayout lay(d);
-  const int64_t R = in.B * in.T;
-  const Storage st{storage};
-  const std::vector<S> params = cast_vec<S>(in.params);
-  const std::vector<S> X = cast_vec<S>(in.X);
-  const std::vector<S> d_out = cast_vec<S>(in.d_out);
-  ref::RecurrentState<S> state(d, in.B);
-  state.conv = cast_vec<S>(in.conv0);
-  state.ssm = cast_vec<S>(in.ssm0);
-
-  ModelOutputs<S> o;
-  o.out.assign(size_t(R * d.dm), S(0));
-  ref::BackboneActivations<S> act;
-  ref::backbone_forward<S>(lay, params.data(), in.B, in.T, X.data(), state, o.out.data(), &act,
-                           st);
-  o.conv_final = state.conv;
-  o.ssm_final = state.ssm;
-  o.grads.assign(size_t(lay.total), S(0));
-  o.dX.assign(size_t(R * d.mid), S(0));
-  o.d_conv0.assign(in.conv0.size(), S(0));
-  o.d_ssm0.assign(in.ssm0.size(), S(0));
-  ref::BackboneGradOutputs<S> g;
-  g.params = o.grads.data();
-  g.dX = o.dX.data();
-  g.d_conv0 = o.d_conv0.data();
-  g.d_ssm0 = o.d_ssm0.data();
-  ref::backbone_backward<S>(lay, params.data(), act, d_out.data(), g, st);
-  return o;
-}
-
-template ModelOutputs<float> oracle_run<float>(const ModelInputs&, DType);
-template ModelOutputs<double> oracle_run<double>(const ModelInputs&, DType);
 
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm,
                             bool check_finite) {

@@ -18,7 +18,10 @@
 
 #include "compare.hpp"
 #include "config.hpp"
+#include "model.hpp"
+#include "param_layout.hpp"
 #include "pipeline.hpp"
+#include "storage.hpp"
 
 namespace mc::check {
 
@@ -50,10 +53,47 @@ struct ModelOutputs {
   std::vector<S> d_ssm0;      // [L, B, di, ds]
 };
 
-// The CPU oracle in scalar S with storage rounding `st` (O: double + F32;
-// P: float + the GPU dtype).
 template <class S>
-ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage);
+std::vector<S> cast_vec(const std::vector<float>& v) {
+  return std::vector<S>(v.begin(), v.end());
+}
+
+// The CPU oracle in scalar S with storage rounding `storage` (O: double + F32;
+// P: float + the GPU dtype; any scalar the oracle is instantiated for, e.g. the
+// Monte Carlo arithmetic one), from the problem's initial states; with
+// backward = false only out and the final states are filled.
+template <class S>
+ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward = true) {
+  const Dims d = Dims::from(in.cfg);
+  const ParamLayout lay(d);
+  const int64_t R = in.B * in.T;
+  const Storage st{storage};
+  const std::vector<S> params = cast_vec<S>(in.params);
+  const std::vector<S> X = cast_vec<S>(in.X);
+  ref::RecurrentState<S> state(d, in.B);
+  state.conv = cast_vec<S>(in.conv0);
+  state.ssm = cast_vec<S>(in.ssm0);
+  ModelOutputs<S> o;
+  o.out.assign(size_t(R * d.dm), S(0));
+  ref::BackboneActivations<S> act;
+  ref::backbone_forward<S>(lay, params.data(), in.B, in.T, X.data(), state, o.out.data(),
+                           backward ? &act : nullptr, st);
+  o.conv_final = state.conv;
+  o.ssm_final = state.ssm;
+  if (!backward) return o;
+  const std::vector<S> d_out = cast_vec<S>(in.d_out);
+  o.grads.assign(size_t(lay.total), S(0));
+  o.dX.assign(size_t(R * d.mid), S(0));
+  o.d_conv0.assign(in.conv0.size(), S(0));
+  o.d_ssm0.assign(in.ssm0.size(), S(0));
+  ref::BackboneGradOutputs<S> g;
+  g.params = o.grads.data();
+  g.dX = o.dX.data();
+  g.d_conv0 = o.d_conv0.data();
+  g.d_ssm0 = o.d_ssm0.data();
+  ref::backbone_backward<S>(lay, params.data(), act, d_out.data(), g, st);
+  return o;
+}
 
 // The GPU pipeline (dtype = in.dtype) with state gradients. With check_finite
 // every step's outputs are scanned and gpu::NonFiniteError names the first

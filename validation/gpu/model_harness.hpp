@@ -58,10 +58,7 @@ using check::shape_ok_for_k_rule;
 // Number of Monte Carlo arithmetic runs in the baseline ensemble (see above).
 constexpr int kMcaRuns = 8;
 
-template <class S>
-std::vector<S> cast_vec(const std::vector<float>& v) {
-  return std::vector<S>(v.begin(), v.end());
-}
+using check::cast_vec;
 template <class S>
 std::vector<double> to_double_vec(const std::vector<S>& v) {
   std::vector<double> r(v.size());
@@ -93,34 +90,7 @@ inline ModelInputs make_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uin
 // from the problem's initial states; backward fields stay empty otherwise.
 template <class S>
 ModelOutputs<S> oracle_model(const ModelInputs& in, bool backward) {
-  const Dims d = Dims::from(in.cfg);
-  const ParamLayout lay(d);
-  const int64_t R = in.B * in.T;
-  const std::vector<S> params = cast_vec<S>(in.params);
-  const std::vector<S> X = cast_vec<S>(in.X);
-  ref::RecurrentState<S> state(d, in.B);
-  state.conv = cast_vec<S>(in.conv0);
-  state.ssm = cast_vec<S>(in.ssm0);
-  ModelOutputs<S> o;
-  o.out.assign(size_t(R * d.dm), S(0));
-  ref::BackboneActivations<S> act;
-  ref::backbone_forward<S>(lay, params.data(), in.B, in.T, X.data(), state, o.out.data(),
-                           backward ? &act : nullptr);
-  o.conv_final = state.conv;
-  o.ssm_final = state.ssm;
-  if (!backward) return o;
-  const std::vector<S> d_out = cast_vec<S>(in.d_out);
-  o.grads.assign(size_t(lay.total), S(0));
-  o.dX.assign(size_t(R * d.mid), S(0));
-  o.d_conv0.assign(in.conv0.size(), S(0));
-  o.d_ssm0.assign(in.ssm0.size(), S(0));
-  ref::BackboneGradOutputs<S> g;
-  g.params = o.grads.data();
-  g.dX = o.dX.data();
-  g.d_conv0 = o.d_conv0.data();
-  g.d_ssm0 = o.d_ssm0.data();
-  ref::backbone_backward<S>(lay, params.data(), act, d_out.data(), g);
-  return o;
+  return check::oracle_run<S>(in, DType::F32, backward);
 }
 
 // Target "burn-in nosave" forward of the oracle (zero initial state): [B, dm].
