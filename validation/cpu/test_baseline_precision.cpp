@@ -1,5 +1,4 @@
 // ctest-labels: cpu;property
-// ctest-env: RC_PARAMS=max_success=30
 // test_baseline_precision.cpp — the CPU side of the mixed-precision k-rule.
 // The GPU precision suites accept a bf16/f16 result K when
 //     max|K-O| <= 2·max|P-O| + 2 ulp,
