@@ -116,25 +116,32 @@ std::vector<double> join_rows(const std::vector<Segment>& segs,
   return r;
 }
 
+// Sample b of p as a batch of one: its X and d_out rows and each layer's
+// initial conv/SSM state slice; parameters unchanged.
+check::Problem sample_alone(const check::Problem& p, int64_t b) {
+  const Dims& d = p.dims;
+  const int64_t nc = d.di * d.dc, ns = d.di * d.ds;
+  check::Problem one = p;
+  one.B = 1;
+  one.X.assign(p.X.begin() + b * p.T * d.mid, p.X.begin() + (b + 1) * p.T * d.mid);
+  one.d_out.assign(p.d_out.begin() + b * p.T * d.dm, p.d_out.begin() + (b + 1) * p.T * d.dm);
+  one.conv0.clear();
+  one.ssm0.clear();
+  for (int64_t l = 0; l < d.L; ++l) {
+    one.conv0.insert(one.conv0.end(), p.conv0.begin() + (l * p.B + b) * nc,
+                     p.conv0.begin() + (l * p.B + b + 1) * nc);
+    one.ssm0.insert(one.ssm0.end(), p.ssm0.begin() + (l * p.B + b) * ns,
+                    p.ssm0.begin() + (l * p.B + b + 1) * ns);
+  }
+  return one;
+}
+
 // Per-element Σ_r |c_r| of the parameter gradients, each row (b, t) run as its
 // own one-sample, one-step segment.
 std::vector<double> abs_row_terms(const check::Problem& p) {
   std::vector<double> absum(size_t(p.layout.total), 0.0);
-  const Dims& d = p.dims;
-  const int64_t nc = d.di * d.dc, ns = d.di * d.ds;
   for (int64_t b = 0; b < p.B; ++b) {
-    check::Problem one = p;  // sample b alone
-    one.B = 1;
-    one.X.assign(p.X.begin() + b * p.T * d.mid, p.X.begin() + (b + 1) * p.T * d.mid);
-    one.d_out.assign(p.d_out.begin() + b * p.T * d.dm, p.d_out.begin() + (b + 1) * p.T * d.dm);
-    one.conv0.clear();
-    one.ssm0.clear();
-    for (int64_t l = 0; l < d.L; ++l) {
-      one.conv0.insert(one.conv0.end(), p.conv0.begin() + (l * p.B + b) * nc,
-                       p.conv0.begin() + (l * p.B + b + 1) * nc);
-      one.ssm0.insert(one.ssm0.end(), p.ssm0.begin() + (l * p.B + b) * ns,
-                      p.ssm0.begin() + (l * p.B + b + 1) * ns);
-    }
+    const check::Problem one = sample_alone(p, b);
     std::vector<int64_t> cuts;
     for (int64_t t = 1; t < p.T; ++t) cuts.push_back(t);
     ref::RecurrentState<double> st;
@@ -200,20 +207,9 @@ RC_GTEST_PROP(OracleStructureProperty, EveryRowAsItsOwnSegment, ()) {
   std::vector<double> sum(full.grads.size(), 0.0), absum(full.grads.size(), 0.0);
   // abs_row_terms runs exactly these segments; rerun them to get signed sums.
   const Dims& d = p.dims;
-  const int64_t nc = d.di * d.dc, ns = d.di * d.ds;
+  const int64_t ns = d.di * d.ds;
   for (int64_t b = 0; b < p.B; ++b) {
-    check::Problem one = p;
-    one.B = 1;
-    one.X.assign(p.X.begin() + b * p.T * d.mid, p.X.begin() + (b + 1) * p.T * d.mid);
-    one.d_out.assign(p.d_out.begin() + b * p.T * d.dm, p.d_out.begin() + (b + 1) * p.T * d.dm);
-    one.conv0.clear();
-    one.ssm0.clear();
-    for (int64_t l = 0; l < d.L; ++l) {
-      one.conv0.insert(one.conv0.end(), p.conv0.begin() + (l * p.B + b) * nc,
-                       p.conv0.begin() + (l * p.B + b + 1) * nc);
-      one.ssm0.insert(one.ssm0.end(), p.ssm0.begin() + (l * p.B + b) * ns,
-                      p.ssm0.begin() + (l * p.B + b + 1) * ns);
-    }
+    const check::Problem one = sample_alone(p, b);
     std::vector<int64_t> cuts;
     for (int64_t t = 1; t < p.T; ++t) cuts.push_back(t);
     ref::RecurrentState<double> st;
@@ -242,18 +238,7 @@ RC_GTEST_PROP(OracleStructureProperty, SampleAloneEqualsSampleInBatch, ()) {
   const int64_t nc = d.di * d.dc, ns = d.di * d.ds;
   std::vector<double> sum(batch.grads.size(), 0.0);
   for (int64_t b = 0; b < p.B; ++b) {
-    check::Problem one = p;
-    one.B = 1;
-    one.X.assign(p.X.begin() + b * p.T * d.mid, p.X.begin() + (b + 1) * p.T * d.mid);
-    one.d_out.assign(p.d_out.begin() + b * p.T * d.dm, p.d_out.begin() + (b + 1) * p.T * d.dm);
-    one.conv0.clear();
-    one.ssm0.clear();
-    for (int64_t l = 0; l < d.L; ++l) {
-      one.conv0.insert(one.conv0.end(), p.conv0.begin() + (l * p.B + b) * nc,
-                       p.conv0.begin() + (l * p.B + b + 1) * nc);
-      one.ssm0.insert(one.ssm0.end(), p.ssm0.begin() + (l * p.B + b) * ns,
-                      p.ssm0.begin() + (l * p.B + b + 1) * ns);
-    }
+    const check::Problem one = sample_alone(p, b);
     const OracleRun<double> alone = run_oracle<double>(one);
     auto rows = [&](const std::vector<double>& v, int64_t w) {
       return std::vector<double>(v.begin() + b * p.T * w, v.begin() + (b + 1) * p.T * w);
