@@ -5,27 +5,16 @@
 #include "cuda_check.hpp"
 #include "cuda_util.hpp"
 #include "device_fill.cuh"
+#include "typed.cuh"
 
 namespace mc::bench {
 namespace {
 
+using kern::dev::from_f32;  // RN stores, as in the kernels (typed.cuh)
+using kern::dev::to_f32;
+
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 
 // splitmix64 of (seed, i) -> 24-bit uniform in [0, 1).
 __device__ __forceinline__ float hash_unit(uint64_t seed, uint64_t i) {
