@@ -151,6 +151,42 @@ using std::min;
 
 inline float __fmul_rn(float a, float b) { return a * b; }
 
+// Vector loads through the read-only path.
+inline float4 __ldg(const float4* p) { return *p; }
+inline uint2 __ldg(const uint2* p) { return *p; }
+inline uint4 __ldg(const uint4* p) { return *p; }
+
+// Warp shuffles and __syncwarp. The emulated kernels call them with every thread of
+// the block, in the same order (the checkpointed scan does), so a shuffle is:
+// publish the value, block barrier, read the partner's, block barrier. The
+// barriers make __syncwarp at least as strong as on the device.
+namespace mc::kern::emu {
+inline std::vector<float>& shfl_slots() {
+  static std::vector<float> v;
+  return v;
+}
+inline float shfl_from(float v, unsigned src_in_warp) {
+  BlockState& s = state();
+  const unsigned tid = s.current->tid.x;
+  auto& slots = shfl_slots();
+  if (slots.size() < s.bdim.x) slots.resize(s.bdim.x);
+  slots[tid] = v;
+  syncthreads();
+  const unsigned src = (tid & ~31u) | (src_in_warp & 31u);
+  const float r = src < s.bdim.x ? slots[src] : v;
+  syncthreads();
+  return r;
+}
+}  // namespace mc::kern::emu
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  return ::mc::kern::emu::shfl_from(
+      v, (::mc::kern::emu::state().current->tid.x & 31u) ^ unsigned(lane_mask));
+}
+inline float __shfl_sync(unsigned, float v, int src_lane) {
+  return ::mc::kern::emu::shfl_from(v, unsigned(src_lane));
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { ::mc::kern::emu::syncthreads(); }
+
 namespace mc::kern::scan_detail {
 
 inline float smem[emu::kSmemFloats];

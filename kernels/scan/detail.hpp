@@ -1,0 +1,51 @@
+// scan/detail.hpp — host-side internals shared by the scan's launch units:
+// the checkpointed route's geometry (a pure function of the shape), its
+// workspace layout, argument checks, and the reduction launchers. Not part of
+// the public API (scan.hpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/scan/scan.hpp"
+
+namespace mc::kern::scan_detail {
+
+// Host view of the checkpointed geometry (mirrors CkptGeom of ckpt_kernels.cuh).
+struct CkptPlan {
+  int S = 4;           // states per thread
+  int K = 16;          // checkpoint stride = backward register chunk
+  int lanes = 1;       // threads per channel
+  int log2_lanes = 0;
+  int warps = 4;       // per block
+  int cb = 0;          // channels per block
+  int ds_pad = 4;
+  int64_t nblk_d = 0;  // channel blocks per sample
+  int64_t n_ckpt = 0;
+  int64_t blocks = 0;  // B * nblk_d
+  size_t smem_bytes = 0;
+};
+// warps = 0: the default for the direction (a pure function of the shape).
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps = 0);
+
+// Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,
+// dD_part; off[4] = total. Each part 256-byte aligned.
+void ckpt_workspace_offsets(const scan::Shape& s, size_t off[5]);
+
+[[noreturn]] void fail(const char* fn, const char* field, int64_t value, const char* relation,
+                       int64_t limit, const char* why = "");
+void require_ptr(const char* fn, const char* name, const void* p);
+// ld == 0 means "contiguous" (= cols); returns the effective ld, checks ld >= cols.
+int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols);
+
+// Fixed-order reductions (reduce.cu).
+template <class O>
+void launch_reduce_bc(const float* dB_part, const float* dC_part, O* dB, int64_t ld_b, O* dC,
+                      int64_t ld_c, int64_t rows, int64_t ngrp, int64_t ds, cudaStream_t stream);
+void launch_reduce_b(const float* dAlog_part, const float* dD_part, float* dA_log, float* dD,
+                     int64_t B, int64_t di, int64_t ds, cudaStream_t stream);
+
+}  // namespace mc::kern::scan_detail

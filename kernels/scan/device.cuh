@@ -1,0 +1,151 @@
+// scan/device.cuh — device helpers of the checkpointed scan kernels: the two
+// exponentials (ExpMath), vector loads of S consecutive states, lane-group
+// reductions, and the activation functions of the fused epilogues. All math is
+// f32; typed loads upcast, typed stores round to nearest even once.
+//
+// Emulation: under MC_SCAN_HOST_EMULATION (a host-compiler build that runs the
+// kernels on fibers, see validation/emulation) the shuffles and __syncwarp are
+// provided by the emulator; they are only ever called by every thread of a
+// block in the same order, which is what the emulator requires. ex2.approx has
+// no host twin: the emulator computes exp2f, so only ExpMath::Accurate is
+// bit-comparable between device and emulation.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/scan/scan.hpp"
+#include "kernels/scan_common.cuh"
+#include "kernels/scan_math.cuh"
+
+namespace mc::kern::scan_detail {
+
+// ---- exponentials ---------------------------------------------------------------
+// The kernels compute dA = exp(δ·A) as expm<E>(δ * a) where a = exp_coef<E>(A).
+template <scan::ExpMath E>
+__host__ __device__ __forceinline__ float exp_coef(float A) {
+  if constexpr (E == scan::ExpMath::Hardware)
+    return A * 1.44269504088896341f;  // A·log2(e), rounded once
+  else
+    return A;
+}
+
+// 1 / exp_coef(1): scales a sum of exp_coef(A)·x back to a sum of A·x.
+template <scan::ExpMath E>
+__host__ __device__ __forceinline__ constexpr float exp_coef_inverse() {
+  return E == scan::ExpMath::Hardware ? 0.693147180559945309f : 1.0f;
+}
+
+__device__ __forceinline__ float ex2_approx(float x) {
+#if defined(MC_SCAN_HOST_EMULATION)
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+template <scan::ExpMath E>
+__device__ __forceinline__ float expm(float x) {
+  if constexpr (E == scan::ExpMath::Hardware)
+    return ex2_approx(x);
+  else
+    return scan_expf(x);
+}
+
+// ---- lane groups --------------------------------------------------------------------
+// A channel is served by `L` consecutive lanes of one warp (L a power of two <= 32).
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+__device__ __forceinline__ float shfl_idx(float v, int src_lane) {
+  return __shfl_sync(0xffffffffu, v, src_lane);
+}
+// Σ over the L lanes of the group; every lane gets the same bits (the xor
+// butterfly adds the same two operands on both partners, and + commutes).
+__device__ __forceinline__ float group_sum(float v, int L) {
+  for (int m = 1; m < L; m <<= 1) v += shfl_xor(v, m);
+  return v;
+}
+
+// ---- typed vector loads -------------------------------------------------------------
+// S consecutive elements of a typed row starting at `p` (vector loads when `vec`:
+// the launcher checked alignment and that no state is masked), else scalar loads
+// of the first `valid` of them, zeros after.
+template <class T, int S>
+__device__ __forceinline__ void load_vec(const T* p, bool vec, int valid, float (&v)[S]);
+
+template <int S>
+__device__ __forceinline__ void load_vec(const float* p, bool vec, int valid, float (&v)[S]) {
+  if (vec) {
+#pragma unroll
+    for (int q = 0; q < S / 4; ++q) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(p) + q);
+      v[4 * q] = x.x;
+      v[4 * q + 1] = x.y;
+      v[4 * q + 2] = x.z;
+      v[4 * q + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < S; ++s) v[s] = s < valid ? __ldg(p + s) : 0.f;
+  }
+}
+
+template <class H>
+__device__ __forceinline__ float half_bits_to_f32(unsigned short bits);
+template <>
+__device__ __forceinline__ float half_bits_to_f32<__nv_bfloat16>(unsigned short bits) {
+  const uint32_t w = uint32_t(bits) << 16;  // bf16 -> f32 is exact: the high half
+  float f;
+  memcpy(&f, &w, sizeof f);
+  return f;
+}
+template <>
+__device__ __forceinline__ float half_bits_to_f32<__half>(unsigned short bits) {
+  __half_raw r;
+  r.x = bits;
+  return __half2float(__half(r));
+}
+
+template <class H, int S>
+__device__ __forceinline__ void load_vec_half(const H* p, bool vec, int valid, float (&v)[S]) {
+  if (vec) {  // S halves = S/4 8-byte words
+#pragma unroll
+    for (int q = 0; q < S / 4; ++q) {
+      const uint2 w = __ldg(reinterpret_cast<const uint2*>(p) + q);
+      v[4 * q] = half_bits_to_f32<H>((unsigned short)(w.x & 0xffffu));
+      v[4 * q + 1] = half_bits_to_f32<H>((unsigned short)(w.x >> 16));
+      v[4 * q + 2] = half_bits_to_f32<H>((unsigned short)(w.y & 0xffffu));
+      v[4 * q + 3] = half_bits_to_f32<H>((unsigned short)(w.y >> 16));
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < S; ++s) v[s] = s < valid ? load_f32(p + s) : 0.f;
+  }
+}
+template <int S>
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, bool vec, int valid,
+                                         float (&v)[S]) {
+  load_vec_half<__nv_bfloat16, S>(p, vec, valid, v);
+}
+template <int S>
+__device__ __forceinline__ void load_vec(const __half* p, bool vec, int valid, float (&v)[S]) {
+  load_vec_half<__half, S>(p, vec, valid, v);
+}
+
+// ---- activations of the fused epilogues (the same forms as kernels/typed.cuh) ---------
+__device__ __forceinline__ float act_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float act_silu(float x) { return x * act_sigmoid(x); }
+__device__ __forceinline__ float act_silu_grad(float x) {
+  const float s = act_sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+__device__ __forceinline__ float act_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+}  // namespace mc::kern::scan_detail

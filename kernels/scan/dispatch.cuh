@@ -1,0 +1,293 @@
+// scan/dispatch.cuh — definitions of scan::forward / scan::backward (scan.hpp):
+// argument checks, then the route's launcher. Explicitly instantiated per
+// dtype and direction in scan_{fwd,bwd}_{f32,bf16,f16}.cu, so nvcc compiles
+// the six kernel families in parallel.
+#pragma once
+
+#include <string>
+
+#include "kernels/cuda_check.hpp"
+#include "kernels/scan.cuh"
+#include "kernels/scan/ckpt_kernels.cuh"
+#include "kernels/scan/detail.hpp"
+
+namespace mc::kern::scan_detail {
+
+inline CkptGeom to_geom(const CkptPlan& pl) {
+  CkptGeom g;
+  g.lanes = pl.lanes;
+  g.log2_lanes = pl.log2_lanes;
+  g.warps = pl.warps;
+  g.cb = pl.cb;
+  g.ds_pad = pl.ds_pad;
+  g.nblk_d = pl.nblk_d;
+  g.n_ckpt = pl.n_ckpt;
+  return g;
+}
+
+// Rows of T may be read as 4-element vectors: base and row stride 4-element aligned.
+template <class T>
+bool vec_rows(const T* p, int64_t ld) {
+  const size_t a = 4 * sizeof(T);
+  return reinterpret_cast<uintptr_t>(p) % a == 0 && (size_t(ld) * sizeof(T)) % a == 0;
+}
+
+// Largest dynamic shared memory any checkpointed launch asks for (the attribute only permits).
+constexpr size_t kCkptSmemCap = size_t(200) << 10;
+
+// ---- checkpointed forward ---------------------------------------------------------------
+template <class T, int S, int K>
+void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const char* fn = "scan::forward";
+  CkptFwdArgs<T> a;
+  a.B = s.B;
+  a.T = s.T;
+  a.di = s.di;
+  a.ds = s.ds;
+  a.delta = p.delta.p;
+  a.ld_delta = effective_ld(fn, "delta", p.delta.ld, s.di);
+  a.delta_bias = p.delta_bias;
+  a.u = p.u.p;
+  a.ld_u = effective_ld(fn, "u", p.u.ld, s.di);
+  a.Bm = p.Bm.p;
+  a.ld_B = effective_ld(fn, "Bm", p.Bm.ld, s.ds);
+  a.Cm = p.Cm.p;
+  a.ld_C = effective_ld(fn, "Cm", p.Cm.ld, s.ds);
+  a.a_neg = p.a_neg;
+  a.D = p.D;
+  a.z = p.z.p;
+  a.ld_z = p.z.p ? effective_ld(fn, "z", p.z.ld, s.di) : 0;
+  a.h0 = p.h0;
+  a.h_final = p.h_final;
+  a.ckpt = p.saved;
+  a.y = p.y.p;
+  a.ld_y = effective_ld(fn, "y", p.y.ld, s.di);
+  CkptGeom g = to_geom(pl);
+  g.vec_state = s.ds % 4 == 0;
+  g.vec_bc = s.ds % S == 0 && vec_rows(a.Bm, a.ld_B) && vec_rows(a.Cm, a.ld_C);
+  const size_t smem = ckpt_fwd_smem_floats(g, K) * sizeof(float);
+  const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +
+                           std::to_string(S) + "," + scan::to_string(p.exp) + ">";
+  const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
+  if (p.exp == scan::ExpMath::Hardware) {
+    auto* k = &ckpt_fwd_kernel<T, S, scan::ExpMath::Hardware, K>;
+    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+    launch(k, grid, block, smem, st, a, g);
+  } else {
+    auto* k = &ckpt_fwd_kernel<T, S, scan::ExpMath::Accurate, K>;
+    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+    launch(k, grid, block, smem, st, a, g);
+  }
+  MC_LAUNCH_CHECK(name.c_str());
+}
+
+template <class T>
+void ckpt_forward(const scan::FwdParams<T>& p, int warps, cudaStream_t st) {
+  const CkptPlan pl = ckpt_plan(p.shape, false, warps);
+  if (pl.S == 4)
+    ckpt_forward_s<T, 4, 16>(p, pl, st);
+  else
+    ckpt_forward_s<T, 8, 8>(p, pl, st);
+}
+
+// ---- checkpointed backward --------------------------------------------------------------
+template <class T, int S, int K>
+void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const char* fn = "scan::backward";
+  size_t off[5];
+  ckpt_workspace_offsets(s, off);
+  char* ws = static_cast<char*>(p.workspace);
+  CkptBwdArgs<T> a;
+  a.B = s.B;
+  a.T = s.T;
+  a.di = s.di;
+  a.ds = s.ds;
+  a.delta = p.delta.p;
+  a.ld_delta = effective_ld(fn, "delta", p.delta.ld, s.di);
+  a.delta_bias = p.delta_bias;
+  a.u = p.u.p;
+  a.ld_u = effective_ld(fn, "u", p.u.ld, s.di);
+  a.Bm = p.Bm.p;
+  a.ld_B = effective_ld(fn, "Bm", p.Bm.ld, s.ds);
+  a.Cm = p.Cm.p;
+  a.ld_C = effective_ld(fn, "Cm", p.Cm.ld, s.ds);
+  a.a_neg = p.a_neg;
+  a.D = p.D;
+  a.z = p.z.p;
+  a.ld_z = p.z.p ? effective_ld(fn, "z", p.z.ld, s.di) : 0;
+  a.ckpt = p.saved;
+  a.dy = p.dy.p;
+  a.ld_dy = effective_ld(fn, "dy", p.dy.ld, s.di);
+  a.dh_final = p.dh_final;
+  a.d_delta = p.d_delta.p;
+  a.ld_dd = effective_ld(fn, "d_delta", p.d_delta.ld, s.di);
+  a.du = p.du.p;
+  a.ld_du = effective_ld(fn, "du", p.du.ld, s.di);
+  a.dz = p.dz.p;
+  a.ld_dz = p.dz.p ? effective_ld(fn, "dz", p.dz.ld, s.di) : 0;
+  a.dB_part = reinterpret_cast<float*>(ws + off[0]);
+  a.dC_part = reinterpret_cast<float*>(ws + off[1]);
+  a.dAlog_part = reinterpret_cast<float*>(ws + off[2]);
+  a.dD_part = reinterpret_cast<float*>(ws + off[3]);
+  a.dh0 = p.dh0;
+  CkptGeom g = to_geom(pl);
+  g.vec_state = s.ds % 4 == 0;
+  g.vec_bc = s.ds % S == 0 && vec_rows(a.Bm, a.ld_B) && vec_rows(a.Cm, a.ld_C);
+  const size_t smem = ckpt_bwd_smem_floats(g, K) * sizeof(float);
+  const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
+                           std::to_string(S) + "," + scan::to_string(p.exp) + ">";
+  const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
+  if (p.exp == scan::ExpMath::Hardware) {
+    auto* k = &ckpt_bwd_kernel<T, S, scan::ExpMath::Hardware, K>;
+    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+    launch(k, grid, block, smem, st, a, g);
+  } else {
+    auto* k = &ckpt_bwd_kernel<T, S, scan::ExpMath::Accurate, K>;
+    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+    launch(k, grid, block, smem, st, a, g);
+  }
+  MC_LAUNCH_CHECK(name.c_str());
+  const int64_t rows = s.B * s.T;
+  if (p.dB.p)
+    launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p, effective_ld(fn, "dB", p.dB.ld, s.ds),
+                            p.dC.p, effective_ld(fn, "dC", p.dC.ld, s.ds), rows, pl.nblk_d, s.ds,
+                            st);
+  else
+    launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p,
+                        effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds), p.dC_typed.p,
+                        effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds), rows, pl.nblk_d, s.ds,
+                        st);
+  launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
+}
+
+template <class T>
+void ckpt_backward(const scan::BwdParams<T>& p, int warps, cudaStream_t st) {
+  const CkptPlan pl = ckpt_plan(p.shape, true, warps);
+  if (pl.S == 4)
+    ckpt_backward_s<T, 4, 16>(p, pl, st);
+  else
+    ckpt_backward_s<T, 8, 8>(p, pl, st);
+}
+
+// ---- the cross-check routes (the seed kernels of kernels/scan.cuh) -----------------------
+// Contiguous activations, one shared B/C row stride, no fused epilogue, D required;
+// they always use the accurate exp (scan_math.cuh) whatever `exp` says.
+inline void require_plain(const char* fn, scan::Route r, bool ok, const char* what) {
+  if (!ok)
+    throw ConfigError(std::string(fn) + ": route " + scan::to_string(r) + " does not support " +
+                      what + " (use route checkpointed)");
+}
+
+template <class T>
+void legacy_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const char* fn = "scan::forward";
+  const int64_t ld_b = effective_ld(fn, "Bm", p.Bm.ld, s.ds);
+  require_plain(fn, p.route, effective_ld(fn, "delta", p.delta.ld, s.di) == s.di &&
+                                 effective_ld(fn, "u", p.u.ld, s.di) == s.di &&
+                                 effective_ld(fn, "y", p.y.ld, s.di) == s.di,
+                "strided delta/u/y rows");
+  require_plain(fn, p.route, effective_ld(fn, "Cm", p.Cm.ld, s.ds) == ld_b,
+                "different B and C row strides");
+  require_plain(fn, p.route, p.z.p == nullptr, "the fused gate (z)");
+  require_plain(fn, p.route, p.delta_bias == nullptr, "the fused softplus (delta_bias)");
+  require_plain(fn, p.route, p.D != nullptr, "a missing D (no skip)");
+  require_plain(fn, p.route, p.h_final != nullptr, "a null h_final (the state is updated in place)");
+  const size_t state_bytes = size_t(s.B * s.di * s.ds) * sizeof(float);
+  if (p.h0 == nullptr)
+    MC_CUDA_CHECK(cudaMemsetAsync(p.h_final, 0, state_bytes, st), "scan::forward zero state");
+  else if (p.h0 != p.h_final)
+    MC_CUDA_CHECK(cudaMemcpyAsync(p.h_final, p.h0, state_bytes, cudaMemcpyDeviceToDevice, st),
+                  "scan::forward copy h0");
+  scan_fwd<T>(p.route == scan::Route::Chunked, ScanShape{s.B, s.T, s.di, s.ds, ld_b}, p.delta.p,
+              p.u.p, p.Bm.p, p.Cm.p, p.a_neg, p.D, p.h_final, p.saved, p.y.p, st);
+}
+
+template <class T>
+void legacy_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const char* fn = "scan::backward";
+  const int64_t ld_b = effective_ld(fn, "Bm", p.Bm.ld, s.ds);
+  require_plain(fn, p.route,
+                effective_ld(fn, "delta", p.delta.ld, s.di) == s.di &&
+                    effective_ld(fn, "u", p.u.ld, s.di) == s.di &&
+                    effective_ld(fn, "dy", p.dy.ld, s.di) == s.di &&
+                    effective_ld(fn, "d_delta", p.d_delta.ld, s.di) == s.di &&
+                    effective_ld(fn, "du", p.du.ld, s.di) == s.di,
+                "strided activation rows");
+  require_plain(fn, p.route, effective_ld(fn, "Cm", p.Cm.ld, s.ds) == ld_b,
+                "different B and C row strides");
+  require_plain(fn, p.route, p.z.p == nullptr && p.delta_bias == nullptr,
+                "fused epilogues (z, delta_bias)");
+  require_plain(fn, p.route, p.D != nullptr && p.dD != nullptr, "a missing D / dD");
+  require_plain(fn, p.route,
+                p.dB.p != nullptr && p.dC.p != nullptr &&
+                    effective_ld(fn, "dB", p.dB.ld, s.ds) == s.ds &&
+                    effective_ld(fn, "dC", p.dC.ld, s.ds) == s.ds,
+                "typed or strided dB/dC outputs");
+  scan_bwd_chained<T>(p.route == scan::Route::Chunked, ScanShape{s.B, s.T, s.di, s.ds, ld_b},
+                      p.delta.p, p.u.p, p.Bm.p, p.Cm.p, p.a_neg, p.D, p.saved, p.dy.p,
+                      p.dh_final, p.d_delta.p, p.du.p, p.dB.p, p.dC.p, p.dD, p.dA_log, p.dh0,
+                      p.workspace, st);
+}
+
+}  // namespace mc::kern::scan_detail
+
+namespace mc::kern::scan {
+
+template <class T>
+void forward(const FwdParams<T>& p, cudaStream_t stream) {
+  using namespace scan_detail;
+  const char* fn = "scan::forward";
+  check_shape(p.shape, p.route);
+  require_ptr(fn, "delta", p.delta.p);
+  require_ptr(fn, "u", p.u.p);
+  require_ptr(fn, "Bm", p.Bm.p);
+  require_ptr(fn, "Cm", p.Cm.p);
+  require_ptr(fn, "a_neg", p.a_neg);
+  require_ptr(fn, "y", p.y.p);
+  if (p.route == Route::Checkpointed)
+    ckpt_forward<T>(p, 0, stream);
+  else
+    legacy_forward<T>(p, stream);
+}
+
+template <class T>
+void backward(const BwdParams<T>& p, cudaStream_t stream) {
+  using namespace scan_detail;
+  const char* fn = "scan::backward";
+  check_shape(p.shape, p.route);
+  require_ptr(fn, "delta", p.delta.p);
+  require_ptr(fn, "u", p.u.p);
+  require_ptr(fn, "Bm", p.Bm.p);
+  require_ptr(fn, "Cm", p.Cm.p);
+  require_ptr(fn, "a_neg", p.a_neg);
+  require_ptr(fn, "saved", p.saved);
+  require_ptr(fn, "dy", p.dy.p);
+  require_ptr(fn, "d_delta", p.d_delta.p);
+  require_ptr(fn, "du", p.du.p);
+  require_ptr(fn, "dA_log", p.dA_log);
+  if (p.z.p) require_ptr(fn, "dz (z is set)", p.dz.p);
+  if (p.D) require_ptr(fn, "dD (D is set)", p.dD);
+  const bool f32_bc = p.dB.p || p.dC.p;
+  const bool typed_bc = p.dB_typed.p || p.dC_typed.p;
+  if (f32_bc == typed_bc || (f32_bc && !(p.dB.p && p.dC.p)) ||
+      (typed_bc && !(p.dB_typed.p && p.dC_typed.p)))
+    throw ConfigError(std::string(fn) +
+                      ": give exactly one of the pairs (dB, dC) or (dB_typed, dC_typed)");
+  const size_t need = bwd_workspace_bytes(p.shape, p.route);
+  if (p.workspace_bytes < need)
+    fail(fn, "workspace_bytes", int64_t(p.workspace_bytes), ">=", int64_t(need),
+         "bwd_workspace_bytes()");
+  if (need > 0) require_ptr(fn, "workspace", p.workspace);
+  if (reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0)
+    throw ConfigError(std::string(fn) + ": workspace must be 256-byte aligned (cudaMalloc is)");
+  if (p.route == Route::Checkpointed)
+    ckpt_backward<T>(p, 0, stream);
+  else
+    legacy_backward<T>(p, stream);
+}
+
+}  // namespace mc::kern::scan

@@ -1,0 +1,181 @@
+// scan/host.cu — host side of the selective scan (scan.hpp): names, shape
+// limits with field/value/limit messages, the checkpointed route's geometry
+// and workspace layout, sizes of what each route saves, and the traffic model
+// the benchmarks divide by.
+#include <sstream>
+#include <string>
+
+#include "core/config.hpp"
+#include "kernels/scan.cuh"
+#include "kernels/scan/ckpt_kernels.cuh"
+#include "kernels/scan/detail.hpp"
+
+namespace mc::kern::scan {
+
+const char* to_string(Route r) {
+  switch (r) {
+    case Route::Checkpointed: return "checkpointed";
+    case Route::Chunked: return "chunked";
+    case Route::Sequential: return "sequential";
+  }
+  return "?";
+}
+
+const char* to_string(ExpMath e) { return e == ExpMath::Hardware ? "hw-exp" : "accurate-exp"; }
+
+void check_shape(const Shape& s, Route r) {
+  using scan_detail::fail;
+  const char* fn = "scan";
+  auto range = [&](const char* field, int64_t v, int64_t lo, int64_t hi, const char* why = "") {
+    if (v < lo) fail(fn, field, v, ">=", lo, why);
+    if (v > hi) fail(fn, field, v, "<=", hi, why);
+  };
+  range("batch", s.B, 1, Limits::kMaxBatch);
+  range("seq_len", s.T, 1, Limits::kMaxSeqLen);
+  range("d_inner", s.di, 1, Limits::kMaxDInner);
+  if (r == Route::Sequential)
+    range("d_state", s.ds, 1, Limits::kMaxSeqScanDState,
+          "the sequential route holds the state in registers; use route checkpointed");
+  else
+    range("d_state", s.ds, 1, Limits::kMaxDState);
+  if (r == Route::Checkpointed) {
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true);
+    range("batch*channel_blocks", pl.blocks, 1, int64_t(0x7fffffff), "one block per gridDim.x");
+  } else {
+    check_scan_shape(ScanShape{s.B, s.T, s.di, s.ds, s.ds}, r == Route::Chunked);
+  }
+}
+
+size_t saved_floats(const Shape& s, Route r) {
+  if (r == Route::Checkpointed)
+    return size_t(s.B) * size_t(scan_detail::ckpt_plan(s, false).n_ckpt) * size_t(s.di) *
+           size_t(s.ds);
+  return size_t(s.B) * size_t(s.T + 1) * size_t(s.di) * size_t(s.ds);
+}
+
+size_t bwd_workspace_bytes(const Shape& s, Route r) {
+  if (r == Route::Checkpointed) {
+    size_t off[5];
+    scan_detail::ckpt_workspace_offsets(s, off);
+    return off[4];
+  }
+  return scan_bwd_scratch_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds});
+}
+
+Geometry geometry(const Shape& s, Route r, bool backward) {
+  check_shape(s, r);
+  Geometry g;
+  if (r == Route::Checkpointed) {
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, backward);
+    g.threads = 32 * pl.warps;
+    g.lanes = pl.lanes;
+    g.states = pl.S;
+    g.channels_per_block = pl.cb;
+    g.chunk = pl.K;
+    g.n_ckpt = pl.n_ckpt;
+    g.blocks = pl.blocks;
+    g.smem_bytes = pl.smem_bytes;
+    g.reduce_groups = backward ? pl.nblk_d : 0;
+  } else {
+    const ScanGeometry lg =
+        scan_geometry(ScanShape{s.B, s.T, s.di, s.ds, s.ds}, r == Route::Chunked, backward);
+    g.threads = lg.threads;
+    g.lanes = lg.lanes;
+    g.states = 1;
+    g.channels_per_block = lg.channels_per_block;
+    g.chunk = lg.chunk;
+    g.blocks = lg.blocks;
+    g.smem_bytes = lg.smem_bytes;
+    g.reduce_groups = backward ? (r == Route::Chunked ? s.di / lg.channels_per_block : s.di) : 0;
+  }
+  return g;
+}
+
+Traffic forward_traffic(const Shape& s, Route r, int e, bool save) {
+  const double BT = double(s.B) * double(s.T), di = double(s.di), ds = double(s.ds);
+  Traffic t;
+  t.min_bytes = size_t(3 * BT * di * e + 2 * BT * ds * e + 4 * (2 * s.B * di * ds + di * ds + di));
+  if (save) t.route_bytes = 4 * saved_floats(s, r);
+  t.exps = BT * di * ds;
+  return t;
+}
+
+Traffic backward_traffic(const Shape& s, Route r, int e) {
+  const double BT = double(s.B) * double(s.T), di = double(s.di), ds = double(s.ds);
+  Traffic t;
+  t.min_bytes =
+      size_t(5 * BT * di * e + 2 * BT * ds * e + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
+  t.route_bytes = 4 * saved_floats(s, r);
+  if (r == Route::Checkpointed) {
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true);
+    // dB/dC block partials written and read once; per-sample dA_log/dD partials likewise
+    t.route_bytes += size_t(2 * 2 * 4 * BT * double(pl.nblk_d) * ds +
+                            2 * 4 * double(s.B) * di * (ds + 1));
+    t.exps = 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
+  } else {
+    t.route_bytes +=
+        scan_bwd_extra_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds}, r == Route::Chunked);
+    t.exps = BT * di * ds;
+  }
+  return t;
+}
+
+}  // namespace mc::kern::scan
+
+namespace mc::kern::scan_detail {
+
+void fail(const char* fn, const char* field, int64_t value, const char* relation, int64_t limit,
+          const char* why) {
+  std::ostringstream os;
+  os << fn << ": " << field << " = " << value << " violates " << field << " " << relation << " "
+     << limit;
+  if (why && *why) os << " (" << why << ")";
+  throw ConfigError(os.str());
+}
+
+int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols) {
+  if (ld == 0) return cols;
+  if (ld < cols) {
+    const std::string field = std::string(name) + ".ld";
+    fail(fn, field.c_str(), ld, ">=", cols, "row stride of a [B*T, cols] view");
+  }
+  return ld;
+}
+
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
+  CkptPlan pl;
+  pl.S = s.ds <= 128 ? 4 : 8;
+  pl.K = pl.S == 4 ? 16 : 8;
+  const int64_t per_lane = (s.ds + pl.S - 1) / pl.S;
+  while (pl.lanes < per_lane && pl.lanes < 32) {
+    pl.lanes *= 2;
+    ++pl.log2_lanes;
+  }
+  pl.warps = warps > 0 ? warps : 4;
+  pl.cb = pl.warps * 32 / pl.lanes;
+  pl.ds_pad = pl.lanes * pl.S;
+  pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
+  pl.n_ckpt = (s.T + pl.K - 1) / pl.K;
+  pl.blocks = s.B * pl.nblk_d;
+  CkptGeom g;
+  g.lanes = pl.lanes;
+  g.warps = pl.warps;
+  g.cb = pl.cb;
+  g.ds_pad = pl.ds_pad;
+  pl.smem_bytes = sizeof(float) * (backward ? ckpt_bwd_smem_floats(g, pl.K)
+                                            : ckpt_fwd_smem_floats(g, pl.K));
+  return pl;
+}
+
+void ckpt_workspace_offsets(const scan::Shape& s, size_t off[5]) {
+  const CkptPlan pl = ckpt_plan(s, true);
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  const size_t part = size_t(s.B) * size_t(s.T) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
+  off[0] = 0;
+  off[1] = align(off[0] + part);
+  off[2] = align(off[1] + part);
+  off[3] = align(off[2] + size_t(s.B) * size_t(s.di) * size_t(s.ds) * sizeof(float));
+  off[4] = align(off[3] + size_t(s.B) * size_t(s.di) * sizeof(float));
+}
+
+}  // namespace mc::kern::scan_detail

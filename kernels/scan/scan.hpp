@@ -1,0 +1,175 @@
+// scan/scan.hpp — the selective scan of the Mamba-1 layer (forward F4d and
+// backward B3, optionally with the layer's softplus, D·u skip and SiLU gate
+// fused in), on NVIDIA GPUs, for f32, bf16 and f16 storage. One params struct
+// per direction; every optional input or output is a nullable pointer.
+//
+// The math, per (b, d, n) with A = a_neg[d, n] < 0 and the state h carried
+// over t = 0..T-1 from h0 (zero when h0 is null):
+//   δ_t  = Δ[b,t,d]                  or softplus(Δraw[b,t,d] + delta_bias[d])
+//   h_t  = exp(δ_t·A)·h_{t-1} + δ_t·u_t·B[b,t,n]
+//   y_t  = Σ_n C[b,t,n]·h_t[n]  (+ D[d]·u_t)   then, with z, y_t·silu(z_t)
+// and the backward produces, for an upstream gradient dy of the forward's
+// output (and optionally dh_final of the final state):
+//   d_delta (dΔ, or dΔraw = dΔ·σ(Δraw + bias) when the softplus is fused),
+//   du, dz (with z), dB and dC summed over d, dD and dA_log accumulated (+=)
+//   summed over b and t, and optionally dh0 = ∂L/∂h0.
+//
+// Routes (all compute the same function; bits differ between routes):
+//   Checkpointed  the default. The forward saves the state only every `chunk`
+//                 steps ([B, n_ckpt, di, ds], see geometry()); the backward
+//                 recomputes each chunk's states from its checkpoint. dB/dC are
+//                 summed over the channels of a block on chip and over the
+//                 blocks by a fixed-order reduction; no per-(b,t,d,n) tensor
+//                 reaches device memory. Supports every fused epilogue.
+//   Chunked       the seed parallel kernels: one block per (b, d), h_saved
+//                 [B, T+1, di, ds] written after every step. Cross-check route.
+//   Sequential    one thread per (b, d), d_state <= 64, h_saved written.
+//                 Cross-check route.
+// The two cross-check routes take contiguous [B*T, di] activations and no
+// fused epilogue (ConfigError otherwise), and always use ExpMath::Accurate.
+//
+// Exponential (ExpMath):
+//   Hardware  exp(δ·A) = 2^(δ·(A·log2 e)) on the special-function unit
+//             (ex2.approx, ≤ 2 ulp relative; absolute error of dA ≤ ~2.2e-8
+//             from the rounded argument). What makes the scan fast.
+//   Accurate  a correctly-scaled polynomial exp on the FMA pipes (scan_math.cuh,
+//             ≤ 0.61 ulp, unbiased); the same bits as a host build of the same
+//             source, which the emulation tests rely on. Slower.
+//
+// Determinism: no atomics anywhere. Launch geometry is a pure function of the
+// shape; every sum has a fixed order. Same inputs, route, ExpMath, geometry and
+// device -> the same bits.
+//
+// Layouts: row-major; activation rows r = b*T + t. A Rows<T> view is
+// [B*T rows, ≥ cols] with row stride ld elements, so B/C can be read in place
+// from the x_proj output and z from the in_proj output.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mc::kern::scan {
+
+enum class Route { Checkpointed, Chunked, Sequential };
+enum class ExpMath { Hardware, Accurate };
+
+const char* to_string(Route r);
+const char* to_string(ExpMath e);
+
+struct Shape {
+  int64_t B = 0, T = 0, di = 0, ds = 0;
+};
+
+// A strided row view [B*T rows, cols], row stride `ld` elements (0 = contiguous: ld = cols).
+template <class E>
+struct Rows {
+  E* p = nullptr;
+  int64_t ld = 0;
+};
+
+template <class T>
+struct FwdParams {
+  Shape shape;
+  Route route = Route::Checkpointed;
+  ExpMath exp = ExpMath::Hardware;
+  // inputs
+  Rows<const T> delta;                // [B*T, di]: Δ, or Δraw when delta_bias is set
+  const float* delta_bias = nullptr;  // [di] or null: δ = softplus(Δraw + bias) in the kernel
+  Rows<const T> u;                    // [B*T, di]
+  Rows<const T> Bm, Cm;               // [B*T, ds]
+  const float* a_neg = nullptr;       // [di, ds], A = -exp(A_log)
+  const float* D = nullptr;           // [di] or null: no D·u skip
+  Rows<const T> z;                    // [B*T, di] or null: output y·silu(z)
+  // state (h0 and h_final may alias: each element is read before it is written)
+  const float* h0 = nullptr;          // [B, di, ds] or null (zero initial state)
+  float* h_final = nullptr;           // [B, di, ds] or null
+  // what the backward needs (null = inference, nothing saved):
+  //   Checkpointed: [B, n_ckpt, di, ds] states before steps 0, chunk, 2·chunk, ...
+  //   Chunked / Sequential: h_saved [B, T+1, di, ds]
+  float* saved = nullptr;
+  // output
+  Rows<T> y;                          // [B*T, di]
+};
+
+template <class T>
+struct BwdParams {
+  Shape shape;
+  Route route = Route::Checkpointed;
+  ExpMath exp = ExpMath::Hardware;
+  // the forward's inputs, as given to it
+  Rows<const T> delta;
+  const float* delta_bias = nullptr;
+  Rows<const T> u;
+  Rows<const T> Bm, Cm;
+  const float* a_neg = nullptr;
+  const float* D = nullptr;
+  Rows<const T> z;
+  const float* saved = nullptr;       // what the forward saved
+  // upstream gradients
+  Rows<const T> dy;                   // [B*T, di]: ∂L/∂(forward output)
+  const float* dh_final = nullptr;    // [B, di, ds] or null (= 0)
+  // outputs ("=" unless marked +=)
+  Rows<T> d_delta;                    // [B*T, di]: dΔ, or dΔraw with delta_bias
+  Rows<T> du;                         // [B*T, di]
+  Rows<T> dz;                         // [B*T, di], required iff z is set
+  // dB, dC: [B*T, ds], reduced in f32; give either the f32 or the typed views
+  // (typed: one RN rounding of the f32 sum, e.g. straight into the x_proj gradient)
+  Rows<float> dB, dC;
+  Rows<T> dB_typed, dC_typed;
+  float* dD = nullptr;                // [di] (+=), required iff D is set
+  float* dA_log = nullptr;            // [di, ds] (+=)
+  float* dh0 = nullptr;               // [B, di, ds] or null
+  void* workspace = nullptr;          // bwd_workspace_bytes() bytes, 256-byte aligned
+  size_t workspace_bytes = 0;
+};
+
+// ---- sizes ----------------------------------------------------------------------
+// Floats the forward saves for the backward (checkpoints or h_saved).
+size_t saved_floats(const Shape& s, Route r);
+// Bytes of backward workspace (partials of the fixed-order reductions).
+size_t bwd_workspace_bytes(const Shape& s, Route r);
+
+// ---- launch geometry (for tests at chunk edges and for benchmark reports) -------
+struct Geometry {
+  int threads = 0;             // per block
+  int lanes = 0;               // threads per channel (each holds `states` states)
+  int states = 0;              // states per thread
+  int channels_per_block = 0;
+  int64_t chunk = 0;           // Checkpointed: checkpoint stride; Chunked: chunk; Sequential: T
+  int64_t n_ckpt = 0;          // Checkpointed: ceil(T / chunk)
+  int64_t blocks = 0;
+  size_t smem_bytes = 0;
+  int64_t reduce_groups = 0;   // backward: channel groups of the dB/dC partials
+};
+Geometry geometry(const Shape& s, Route r, bool backward);
+
+// ---- entry points ----------------------------------------------------------------
+// Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.
+template <class T>
+void forward(const FwdParams<T>& p, cudaStream_t stream);
+template <class T>
+void backward(const BwdParams<T>& p, cudaStream_t stream);
+
+// Shape limits of a route; throws mc::ConfigError. Called by forward/backward.
+void check_shape(const Shape& s, Route r);
+
+// ---- traffic and floor model (benchmarks) ------------------------------------------
+// The least device-memory traffic any implementation must move (each input read
+// once, each output written once; e = bytes per element of T). Without z / skip:
+//   forward : δ, u read; y written: 3·BT·di·e;  B, C: 2·BT·ds·e;  states and
+//             params: 4·(2·B·di·ds + di·ds + di)
+//   backward: δ, u, dy read, dδ, du written: 5·BT·di·e;  B, C read: 2·BT·ds·e;
+//             dB, dC written (f32): 8·BT·ds;  params/accumulators: 4·(3·di·ds + 3·di)
+// plus what the route saves (forward write, backward read) and, for the
+// backward, its partials (bwd_workspace traffic): route_extra_bytes.
+struct Traffic {
+  size_t min_bytes = 0;    // the route-independent minimum above
+  size_t route_bytes = 0;  // extra bytes this route moves (saved states, partials)
+  double exps = 0;         // exponentials of the recurrence (B·T·di·ds per pass)
+};
+Traffic forward_traffic(const Shape& s, Route r, int elem_bytes, bool save);
+Traffic backward_traffic(const Shape& s, Route r, int elem_bytes);
+
+}  // namespace mc::kern::scan
