@@ -1,32 +1,44 @@
 // ctest-labels: gpu
-// ctest-timeout: 1500
-// test_scan_parity.cpp — the selective-scan kernels (kernels/scan.cuh),
-// sequential and chunked-parallel, forward and backward, f32/bf16/f16, against
-// the CPU oracle ref::selective_scan_fwd/bwd.
+// ctest-timeout: 1800
+// test_scan_parity.cpp — the selective scan (kernels/scan/scan.hpp) on every
+// route (checkpointed with both exponentials, chunked, sequential), forward and
+// backward, f32/bf16/f16, with and without the fused epilogues (softplus of
+// Δraw + bias, D·u skip, SiLU gate), against the CPU oracle.
 //
 // Rule (compare.hpp): K = GPU kernel, O = oracle in double on the same inputs,
 // P = oracle in float on the same inputs (the same-precision baseline; for
-// bf16/f16 the inputs δ, u, B, C, dy are quantised once and P's typed outputs
-// y, d_delta, du are rounded to the dtype, like the kernel's RN stores):
+// bf16/f16 the typed inputs δ/Δraw, u, z, B, C, dy are quantised once and P's
+// typed outputs y, d_delta, du, dz are rounded to the dtype, like the kernel's
+// RN stores; values the kernel keeps in registers — δ from the fused softplus,
+// y before the gate — are not rounded in P either):
 //   pass  <=>  max|K − O| <= k_limit · max|P − O| + atol   (atol = 2 ulp at max|O|)
 // k_limit = kF32KLimit for f32 tensors, kTypedKLimit for typed outputs. Every
-// measured k is printed and recorded (RecordProperty "k.<mode>.<tensor>").
-// Sequential and parallel results must also agree with each other within the
-// sum of their two bounds (triangle inequality).
+// measured k is printed and recorded (RecordProperty "k.<case>.<run>.<tensor>").
+// Each pair of runs of one case must also agree within the sum of their bounds.
+// The oracle composes the unfused steps: softplus_fwd, selective_scan_fwd,
+// gating_fwd and their backward steps (reference_cpu/steps.hpp).
+//
+// What each run saves is compared too: h_saved [B, T+1, di, ds] on the
+// cross-check routes, the checkpoints [B, n_ckpt, di, ds] (the states before
+// steps 0, K, 2K, ...) on the checkpointed route.
+//
+// Per run, without the oracle: the nosave forward is bitwise the save forward
+// (y, final state); the backward is bitwise reproducible and dh0 = null changes
+// nothing else; every output (and the saved states and workspace) is pre-filled
+// with NaN, so an unwritten element fails.
 //
 // Cases: T in {1, 2, 7, 255, 256, 257, 1021 (prime), 1023, 1024, 1025, 3072}
-// plus chunk-1/chunk/chunk+1/2·chunk+1 of the parallel geometry; d_state in
-// {1, 16, 63, 64, 65, 128, 256}; odd d_inner (17..21, and 1031..4111 so the
-// parallel backward groups 2/4/8 channels per block); B 1..4 (more when a tensor would
-// have < 16 elements — the k-rule needs >= 16, model_check.hpp); non-zero
-// initial states; Bm/Cm either contiguous or strided views into an xdbl-like
-// buffer (ld_bc = dr + 2·ds); dD and dA_log accumulated onto non-zero values.
-// Also per case: the nosave forward is bitwise equal to the save forward, the
-// backward is bitwise reproducible and dh0 = nullptr changes nothing else,
-// outputs are pre-filled with NaN so an unwritten element fails. A T = 65536
+// plus chunk−1/chunk/chunk+1/2·chunk+1 of every route's geometry; d_state in
+// {1, 5, 16, 63, 64, 65, 128, 129, 256}; odd d_inner (17..21, and 1031..4111);
+// B 1..4; non-zero initial states (and zero: h0 = null); B/C either contiguous
+// or strided views into an xdbl-like buffer; z a strided view into an in_proj-like
+// [B*T, 2·di] buffer; dD and dA_log accumulated onto non-zero values. A T = 65536
 // case with B·(T+1)·di·ds > 2^31 checks 64-bit indexing on sampled channels.
-// Refusals (d_state 257 parallel, 65 sequential, other bad fields) need no
+// Refusals (bad fields, unsupported route features, short workspace) need no
 // device and run everywhere.
+//
+// The same source runs the kernels on the CPU (validation/emulation, label cpu):
+// there the case list is the small one (MC_SCAN_HOST_EMULATION).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -47,8 +59,8 @@
 #include "cuda_check.hpp"
 #include "device_buffer.hpp"
 #include "gpu_test.hpp"
+#include "kernels/scan/scan.hpp"
 #include "problem.hpp"
-#include "scan.cuh"
 #include "scan_math.cuh"
 #include "steps.hpp"
 #include "storage.hpp"
@@ -59,7 +71,9 @@ using mc::ConfigError;
 using mc::DType;
 using mc::check::KRuleResult;
 using mc::gpu::DeviceBuffer;
-using mc::kern::ScanShape;
+namespace scan = mc::kern::scan;
+using scan::ExpMath;
+using scan::Route;
 
 // ---- typed host representation -----------------------------------------------------
 // Host values are floats already quantised to the dtype; these convert them to
@@ -86,43 +100,27 @@ float from_elem(float x) { return x; }
 float from_elem(__nv_bfloat16 x) { return mc::bf16_bits_to_f32(__nv_bfloat16_raw(x).x); }
 float from_elem(__half x) { return mc::f16_bits_to_f32(__half_raw(x).x); }
 
-template <class T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::F32;
-}
-template <>
-constexpr DType dtype_of<__nv_bfloat16>() {
-  return DType::BF16;
-}
-template <>
-constexpr DType dtype_of<__half>() {
-  return DType::F16;
-}
-
 cudaStream_t kStream = nullptr;  // the legacy default stream: every call below is ordered
 
 template <class T>
 DeviceBuffer<T> upload(const std::vector<float>& host, const std::string& name) {
   std::vector<T> tmp(host.size());
   for (size_t i = 0; i < host.size(); ++i) tmp[i] = to_elem<T>(host[i]);
-  DeviceBuffer<T> d(host.size(), name);
-  d.upload(tmp.data(), tmp.size(), kStream);
+  DeviceBuffer<T> d(std::max<size_t>(1, host.size()), name);
+  if (!host.empty()) d.upload(tmp.data(), tmp.size(), kStream);
   return d;
 }
 
 template <class T>
-std::vector<float> download(const DeviceBuffer<T>& d) {
-  std::vector<T> tmp(d.size());
-  d.download(tmp.data(), tmp.size(), kStream);
-  std::vector<float> out(tmp.size());
-  for (size_t i = 0; i < tmp.size(); ++i) out[i] = from_elem(tmp[i]);
+std::vector<float> download(const DeviceBuffer<T>& d, size_t n) {
+  std::vector<T> tmp(n);
+  d.download(tmp.data(), n, kStream);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = from_elem(tmp[i]);
   return out;
 }
 
-// All-ones bytes: NaN for f32, bf16 and f16 alike — an element a kernel fails to
-// write is caught by the non-finite count of the comparison.
+// All-ones bytes: NaN for f32, bf16 and f16 alike.
 template <class T>
 void fill_nan(DeviceBuffer<T>& d) {
   MC_CUDA_CHECK(cudaMemset(d.get(), 0xff, d.bytes()), "fill_nan " + d.name());
@@ -136,13 +134,19 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 struct ScanCase {
   DType dtype = DType::F32;
   int64_t B = 1, T = 1, di = 17, ds = 16;
-  bool xdbl = false;     // Bm/Cm strided views into one [B*T, dr + 2ds] buffer
-  bool chained = false;  // upstream gradient w.r.t. the final state (scan_bwd_chained)
+  bool xdbl = false;      // Bm/Cm strided views into one [B*T, dr + 2ds] buffer
+  bool chained = false;   // upstream gradient w.r.t. the final state
+  bool softplus = false;  // Δraw + bias in, softplus fused (checkpointed only)
+  bool gate = false;      // z in, output y·silu(z) (checkpointed only)
+  bool no_skip = false;   // D = null
+  bool zero_h0 = false;   // h0 = null
   uint64_t seed = 1;
+  bool fused() const { return softplus || gate || no_skip || zero_h0; }
   std::string name() const {
     std::ostringstream os;
     os << mc::to_string(dtype) << "_T" << T << "_ds" << ds << "_B" << B << "_di" << di
-       << (xdbl ? "_xdbl" : "") << (chained ? "_chained" : "");
+       << (xdbl ? "_xdbl" : "") << (chained ? "_chained" : "") << (softplus ? "_softplus" : "")
+       << (gate ? "_gate" : "") << (no_skip ? "_noskip" : "") << (zero_h0 ? "_h0zero" : "");
     return os.str();
   }
 };
@@ -153,45 +157,58 @@ constexpr int64_t kXdblDr = 3;  // dt_rank columns in front of B|C in the xdbl l
 
 // Inputs as the GPU sees them (floats quantised to the dtype where the GPU stores typed).
 struct ScanInputs {
-  ScanShape s;
-  DType dtype;
-  std::vector<float> delta, u, dy;  // [B, T, di] typed
-  std::vector<float> bc;            // xdbl: [B*T, ld_bc] holding B at kXdblDr, C at kXdblDr+ds
+  ScanCase c;
+  std::vector<float> delta, u, dy;  // [B*T, di] typed; delta = Δ, or Δraw with softplus
+  std::vector<float> z2;            // gate: [B*T, 2·di] typed, z in columns [di, 2di)
+  std::vector<float> bc;            // xdbl: [B*T, ld] holding B at kXdblDr, C at kXdblDr+ds
   std::vector<float> Bm, Cm;        // contiguous [B*T, ds] typed (the oracle's layout)
   std::vector<float> a_neg;         // [di, ds]
-  std::vector<float> D;             // [di]
-  std::vector<float> h0;            // [B, di, ds]
+  std::vector<float> D;             // [di] (zeros with no_skip: the oracle's view)
+  std::vector<float> bias;          // [di] (softplus)
+  std::vector<float> h0;            // [B, di, ds] (zeros with zero_h0)
   std::vector<float> dh_final;      // [B, di, ds] (chained cases) or empty
   std::vector<float> dD0, dA_log0;  // accumulator start values
-  bool xdbl = false;
+  int64_t ld_bc() const { return c.xdbl ? kXdblDr + 2 * c.ds : c.ds; }
+  int64_t rows() const { return c.B * c.T; }
 };
 
 float quantise(DType t, double x) { return mc::round_to(t, float(x)); }
 
 ScanInputs make_inputs(const ScanCase& c) {
   ScanInputs in;
-  in.dtype = c.dtype;
-  in.xdbl = c.xdbl;
-  const int64_t ld = c.xdbl ? kXdblDr + 2 * c.ds : c.ds;
-  in.s = ScanShape{c.B, c.T, c.di, c.ds, ld};
+  in.c = c;
   const int64_t nact = c.B * c.T * c.di, nrow = c.B * c.T;
   mc::check::SplitMix64 rng(c.seed * 0x9e3779b97f4a7c15ULL + 12345);
   // δ = softplus(r), r ~ U(-7, 0): δ in (1e-3, 0.69) — long memory for small |A|,
-  // fast decay for large |A| (A[d, n] ≈ -(n+1)).
+  // fast decay for large |A| (A[d, n] ≈ -(n+1)). With the fused softplus the
+  // kernel gets r − bias and the bias; one row in 16 has r in (20, 24] (the
+  // identity branch of softplus).
   in.delta.resize(size_t(nact));
   in.u.resize(size_t(nact));
   in.dy.resize(size_t(nact));
+  in.bias.resize(size_t(c.di));
+  for (auto& x : in.bias) x = float(rng.uniform(-1.0, 1.0));
   for (int64_t i = 0; i < nact; ++i) {
-    const double r = rng.uniform(-7.0, 0.0);
-    in.delta[size_t(i)] = quantise(c.dtype, std::log1p(std::exp(r)));
+    const int64_t d = i % c.di;
+    const bool big = c.softplus && ((i / c.di) % 16 == 5);
+    const double r = big ? rng.uniform(20.0, 24.0) : rng.uniform(-7.0, 0.0);
+    in.delta[size_t(i)] =
+        c.softplus ? quantise(c.dtype, r - in.bias[size_t(d)]) : quantise(c.dtype, std::log1p(std::exp(r)));
     in.u[size_t(i)] = quantise(c.dtype, rng.uniform(-2.0, 2.0));
     in.dy[size_t(i)] = quantise(c.dtype, rng.uniform(-1.0, 1.0));
+  }
+  if (c.gate) {
+    in.z2.assign(size_t(2 * nact), quantise(c.dtype, 9.0));  // the x half: never read
+    for (int64_t r = 0; r < nrow; ++r)
+      for (int64_t d = 0; d < c.di; ++d)
+        in.z2[size_t(r * 2 * c.di + c.di + d)] = quantise(c.dtype, rng.uniform(-4.0, 4.0));
   }
   in.Bm.resize(size_t(nrow * c.ds));
   in.Cm.resize(size_t(nrow * c.ds));
   for (auto& x : in.Bm) x = quantise(c.dtype, rng.uniform(-1.0, 1.0));
   for (auto& x : in.Cm) x = quantise(c.dtype, rng.uniform(-1.0, 1.0));
   if (c.xdbl) {
+    const int64_t ld = in.ld_bc();
     in.bc.assign(size_t(nrow * ld), 0.f);
     for (int64_t r = 0; r < nrow; ++r) {
       for (int64_t j = 0; j < kXdblDr; ++j) in.bc[size_t(r * ld + j)] = quantise(c.dtype, 7.0);
@@ -207,9 +224,9 @@ ScanInputs make_inputs(const ScanCase& c) {
       in.a_neg[size_t(d * c.ds + n)] =
           -std::exp(float(std::log(double(n + 1)) + rng.uniform(-0.3, 0.3)));
   in.D.resize(size_t(c.di));
-  for (auto& x : in.D) x = float(rng.uniform(0.5, 1.5));
+  for (auto& x : in.D) x = c.no_skip ? 0.f : float(rng.uniform(0.5, 1.5));
   in.h0.resize(size_t(c.B * c.di * c.ds));
-  for (auto& x : in.h0) x = float(rng.uniform(-1.0, 1.0));
+  for (auto& x : in.h0) x = c.zero_h0 ? 0.f : float(rng.uniform(-1.0, 1.0));
   if (c.chained) {
     in.dh_final.resize(in.h0.size());
     for (auto& x : in.dh_final) x = float(rng.uniform(-1.0, 1.0));
@@ -222,9 +239,10 @@ ScanInputs make_inputs(const ScanCase& c) {
 }
 
 // Every output of one forward + backward, in precision S (float for the GPU).
+// `saved` is h_saved [B, T+1, di, ds] for the oracle; for a run, what it saved.
 template <class S>
 struct ScanOutputs {
-  std::vector<S> y, h_saved, h_final, d_delta, du, dB, dC, dD, dA_log, dh0;
+  std::vector<S> y, saved, h_final, d_delta, du, dz, dB, dC, dD, dA_log, dh0;
 };
 
 template <class S>
@@ -232,185 +250,306 @@ std::vector<S> as(const std::vector<float>& v) {
   return std::vector<S>(v.begin(), v.end());
 }
 
+// The unfused composition in precision S (typed outputs rounded when S = float
+// and `round` names the dtype: the same-precision baseline).
 template <class S>
-ScanOutputs<S> run_oracle(const ScanInputs& in) {
-  const ScanShape& s = in.s;
+ScanOutputs<S> run_oracle(const ScanInputs& in, DType round = DType::F32) {
+  const ScanCase& c = in.c;
+  const int64_t R = in.rows(), n = R * c.di;
   ScanOutputs<S> o;
-  const auto delta = as<S>(in.delta), u = as<S>(in.u), dy = as<S>(in.dy);
-  const auto Bm = as<S>(in.Bm), Cm = as<S>(in.Cm), a = as<S>(in.a_neg), D = as<S>(in.D);
+  std::vector<S> delta = as<S>(in.delta), x;
+  if (c.softplus) {  // x = Δraw + bias, δ = softplus(x)
+    x.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = delta[size_t(i)] + S(in.bias[size_t(i % c.di)]);
+    mc::ref::softplus_fwd<S>(x.data(), n, delta.data());
+  }
+  const auto u = as<S>(in.u), Bm = as<S>(in.Bm), Cm = as<S>(in.Cm), a = as<S>(in.a_neg),
+             D = as<S>(in.D);
   o.h_final = as<S>(in.h0);
-  o.h_saved.resize(size_t(s.B * (s.T + 1) * s.di * s.ds));
-  o.y.resize(size_t(s.B * s.T * s.di));
+  o.saved.resize(size_t(c.B * (c.T + 1) * c.di * c.ds));
+  std::vector<S> y(static_cast<size_t>(n));
   mc::ref::selective_scan_fwd<S>(delta.data(), u.data(), Bm.data(), Cm.data(), a.data(), D.data(),
-                                 s.B, s.T, s.di, s.ds, o.h_final.data(), o.h_saved.data(),
-                                 o.y.data());
-  o.d_delta.resize(o.y.size());
-  o.du.resize(o.y.size());
-  o.dB.resize(size_t(s.B * s.T * s.ds));
+                                 c.B, c.T, c.di, c.ds, o.h_final.data(), o.saved.data(), y.data());
+  std::vector<S> dY = as<S>(in.dy), z, gs;
+  if (c.gate) {  // z, gs = silu(z) through the oracle's own split step
+    std::vector<S> P2 = as<S>(in.z2), xb(static_cast<size_t>(n));
+    z.resize(size_t(n));
+    gs.resize(size_t(n));
+    mc::ref::split_gate_silu_fwd<S>(P2.data(), R, c.di, xb.data(), z.data(), gs.data());
+    o.y.resize(size_t(n));
+    mc::ref::gating_fwd<S>(y.data(), gs.data(), n, o.y.data());
+    const std::vector<S> dG = dY;
+    o.dz.resize(size_t(n));
+    mc::ref::gating_bwd<S>(dG.data(), y.data(), z.data(), gs.data(), n, dY.data(), o.dz.data());
+  } else {
+    o.y = y;
+  }
+  std::vector<S> ddelta(static_cast<size_t>(n));
+  o.du.resize(size_t(n));
+  o.dB.resize(size_t(R * c.ds));
   o.dC.resize(o.dB.size());
   o.dD = as<S>(in.dD0);
   o.dA_log = as<S>(in.dA_log0);
   o.dh0.resize(o.h_final.size());
   const auto dhT = as<S>(in.dh_final);
   mc::ref::selective_scan_bwd_chained<S>(
-      delta.data(), u.data(), Bm.data(), Cm.data(), a.data(), D.data(), o.h_saved.data(),
-      dy.data(), dhT.empty() ? nullptr : dhT.data(), s.B, s.T, s.di, s.ds, o.d_delta.data(),
-      o.du.data(), o.dB.data(), o.dC.data(), o.dD.data(), o.dA_log.data(), o.dh0.data());
+      delta.data(), u.data(), Bm.data(), Cm.data(), a.data(), D.data(), o.saved.data(), dY.data(),
+      dhT.empty() ? nullptr : dhT.data(), c.B, c.T, c.di, c.ds, ddelta.data(), o.du.data(),
+      o.dB.data(), o.dC.data(), o.dD.data(), o.dA_log.data(), o.dh0.data());
+  if (c.softplus) {
+    o.d_delta.resize(size_t(n));
+    mc::ref::softplus_bwd<S>(x.data(), ddelta.data(), n, o.d_delta.data());
+  } else {
+    o.d_delta = ddelta;
+  }
+  if (round != DType::F32)
+    for (auto* v : {&o.y, &o.d_delta, &o.du, &o.dz})
+      for (auto& e : *v) e = S(mc::round_to(round, float(e)));
   return o;
+}
+
+// One way of running the scan: a route and an exponential.
+struct Run {
+  Route route;
+  ExpMath exp;
+  std::string name() const {
+    return std::string(scan::to_string(route)) +
+           (route == Route::Checkpointed ? std::string("-") + scan::to_string(exp) : "");
+  }
+};
+
+// The runs a case supports: the checkpointed route with both exponentials, and
+// the cross-check routes where the case is plain (and d_state <= 64 for sequential).
+std::vector<Run> runs_for(const ScanCase& c) {
+  std::vector<Run> r = {{Route::Checkpointed, ExpMath::Hardware},
+                        {Route::Checkpointed, ExpMath::Accurate}};
+  if (!c.fused()) {
+    r.push_back({Route::Chunked, ExpMath::Accurate});
+    if (c.ds <= mc::Limits::kMaxSeqScanDState) r.push_back({Route::Sequential, ExpMath::Accurate});
+  }
+  return r;
+}
+
+// The checkpoint stride of the checkpointed route for this shape.
+int64_t ckpt_chunk(const ScanCase& c) {
+  return scan::geometry(scan::Shape{c.B, c.T, c.di, c.ds}, Route::Checkpointed, false).chunk;
 }
 
 // The kernel under test, plus the checks that need no oracle (recorded as failures).
 template <class T>
-ScanOutputs<float> run_gpu(const ScanInputs& in, bool parallel) {
-  const ScanShape& s = in.s;
-  const std::string mode = parallel ? "parallel" : "sequential";
+ScanOutputs<float> run_gpu(const ScanInputs& in, const Run& run) {
+  const ScanCase& c = in.c;
+  const scan::Shape sh{c.B, c.T, c.di, c.ds};
+  const std::string label = c.name() + "." + run.name();
+  const int64_t R = in.rows(), n = R * c.di, ns = c.B * c.di * c.ds;
   DeviceBuffer<T> delta = upload<T>(in.delta, "delta"), u = upload<T>(in.u, "u"),
-                  dy = upload<T>(in.dy, "dy");
+                  dy = upload<T>(in.dy, "dy"), z2 = upload<T>(in.z2, "z2");
   DeviceBuffer<T> bc, Bm, Cm;
-  const T *Bp, *Cp;
-  if (in.xdbl) {
+  scan::Rows<const T> Bv, Cv;
+  if (c.xdbl) {
     bc = upload<T>(in.bc, "xdbl");
-    Bp = bc.get() + kXdblDr;
-    Cp = bc.get() + kXdblDr + s.ds;
+    Bv = {bc.get() + kXdblDr, in.ld_bc()};
+    Cv = {bc.get() + kXdblDr + c.ds, in.ld_bc()};
   } else {
     Bm = upload<T>(in.Bm, "Bm");
     Cm = upload<T>(in.Cm, "Cm");
-    Bp = Bm.get();
-    Cp = Cm.get();
+    Bv = {Bm.get(), 0};
+    Cv = {Cm.get(), 0};
   }
-  DeviceBuffer<float> a = upload<float>(in.a_neg, "a_neg"), D = upload<float>(in.D, "D");
-  DeviceBuffer<float> h = upload<float>(in.h0, "h");
-  DeviceBuffer<float> hs(size_t(s.B * (s.T + 1) * s.di * s.ds), "h_saved");
-  DeviceBuffer<T> y(in.delta.size(), "y");
-  fill_nan(hs);
+  DeviceBuffer<float> a = upload<float>(in.a_neg, "a_neg"), D = upload<float>(in.D, "D"),
+                      bias = upload<float>(in.bias, "bias"), h0 = upload<float>(in.h0, "h0");
+  const size_t nsaved = scan::saved_floats(sh, run.route);
+  DeviceBuffer<float> saved(nsaved, "saved"), hf(size_t(ns), "h_final");
+  DeviceBuffer<T> y(size_t(n), "y");
+  fill_nan(saved);
+  fill_nan(hf);
   fill_nan(y);
 
-  ScanOutputs<float> o;
-  mc::kern::scan_fwd<T>(parallel, s, delta.get(), u.get(), Bp, Cp, a.get(), D.get(), h.get(),
-                        hs.get(), y.get(), kStream);
-  o.y = download(y);
-  o.h_saved = download(hs);
-  o.h_final = download(h);
+  scan::FwdParams<T> f;
+  f.shape = sh;
+  f.route = run.route;
+  f.exp = run.exp;
+  f.delta = {delta.get(), 0};
+  f.delta_bias = c.softplus ? bias.get() : nullptr;
+  f.u = {u.get(), 0};
+  f.Bm = Bv;
+  f.Cm = Cv;
+  f.a_neg = a.get();
+  f.D = c.no_skip ? nullptr : D.get();
+  if (c.gate) f.z = {z2.get() + c.di, 2 * c.di};
+  f.h0 = c.zero_h0 ? nullptr : h0.get();
+  f.h_final = hf.get();
+  f.saved = saved.get();
+  f.y = {y.get(), 0};
+  scan::forward<T>(f, kStream);
 
-  {  // nosave twin: same arithmetic, so bitwise the same y and final state
-    DeviceBuffer<float> h2 = upload<float>(in.h0, "h (nosave)");
-    DeviceBuffer<T> y2(in.delta.size(), "y (nosave)");
+  ScanOutputs<float> o;
+  o.y = download(y, size_t(n));
+  o.saved = download(saved, nsaved);
+  o.h_final = download(hf, size_t(ns));
+
+  {  // nosave twin: bitwise the same y and final state
+    DeviceBuffer<float> hf2(size_t(ns), "h_final (nosave)");
+    DeviceBuffer<T> y2(size_t(n), "y (nosave)");
     fill_nan(y2);
-    mc::kern::scan_fwd<T>(parallel, s, delta.get(), u.get(), Bp, Cp, a.get(), D.get(), h2.get(),
-                          nullptr, y2.get(), kStream);
-    EXPECT_TRUE(bitwise_equal(download(y2), o.y)) << mode << ": nosave y differs from save y";
-    EXPECT_TRUE(bitwise_equal(download(h2), o.h_final))
-        << mode << ": nosave final state differs from save final state";
+    fill_nan(hf2);
+    scan::FwdParams<T> f2 = f;
+    f2.saved = nullptr;
+    f2.h_final = hf2.get();
+    f2.y = {y2.get(), 0};
+    scan::forward<T>(f2, kStream);
+    EXPECT_TRUE(bitwise_equal(download(y2, size_t(n)), o.y)) << label << ": nosave y differs";
+    EXPECT_TRUE(bitwise_equal(download(hf2, size_t(ns)), o.h_final))
+        << label << ": nosave final state differs";
   }
 
-  DeviceBuffer<float> dhT;
-  if (!in.dh_final.empty()) dhT = upload<float>(in.dh_final, "dh_final");
-  DeviceBuffer<T> d_delta(in.delta.size(), "d_delta"), du(in.delta.size(), "du");
-  DeviceBuffer<float> dB(size_t(s.B * s.T * s.ds), "dB"), dC(size_t(s.B * s.T * s.ds), "dC");
+  DeviceBuffer<float> dhT = upload<float>(in.dh_final, "dh_final");
+  DeviceBuffer<T> d_delta(size_t(n), "d_delta"), du(size_t(n), "du"), dz(size_t(n), "dz");
+  DeviceBuffer<float> dB(size_t(R * c.ds), "dB"), dC(size_t(R * c.ds), "dC");
   DeviceBuffer<float> dD = upload<float>(in.dD0, "dD"), dA = upload<float>(in.dA_log0, "dA_log");
-  DeviceBuffer<float> dh0(in.h0.size(), "dh0");
-  DeviceBuffer<char> scratch(mc::kern::scan_bwd_scratch_bytes(s), "scan scratch");
+  DeviceBuffer<float> dh0(size_t(ns), "dh0");
+  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, run.route);
+  DeviceBuffer<char> ws(std::max<size_t>(1, ws_bytes), "scan workspace");
+  scan::BwdParams<T> b;
+  b.shape = sh;
+  b.route = run.route;
+  b.exp = run.exp;
+  b.delta = f.delta;
+  b.delta_bias = f.delta_bias;
+  b.u = f.u;
+  b.Bm = Bv;
+  b.Cm = Cv;
+  b.a_neg = f.a_neg;
+  b.D = f.D;
+  b.z = f.z;
+  b.saved = saved.get();
+  b.dy = {dy.get(), 0};
+  b.dh_final = c.chained ? dhT.get() : nullptr;
+  b.d_delta = {d_delta.get(), 0};
+  b.du = {du.get(), 0};
+  if (c.gate) b.dz = {dz.get(), 0};
+  b.dB = {dB.get(), 0};
+  b.dC = {dC.get(), 0};
+  b.dD = c.no_skip ? nullptr : dD.get();
+  b.dA_log = dA.get();
+  b.workspace = ws.get();
+  b.workspace_bytes = ws_bytes;
   auto run_bwd = [&](float* dh0_ptr) {
-    fill_nan(d_delta);
-    fill_nan(du);
+    for (auto* t : {&d_delta, &du, &dz}) fill_nan(*t);
     fill_nan(dB);
     fill_nan(dC);
     fill_nan(dh0);
-    fill_nan(scratch);
-    mc::kern::scan_bwd_chained<T>(parallel, s, delta.get(), u.get(), Bp, Cp, a.get(), D.get(),
-                                  hs.get(), dy.get(), dhT.get(), d_delta.get(), du.get(),
-                                  dB.get(), dC.get(), dD.get(), dA.get(), dh0_ptr, scratch.get(),
-                                  kStream);
+    fill_nan(ws);
+    b.dh0 = dh0_ptr;
+    scan::backward<T>(b, kStream);
   };
   run_bwd(dh0.get());
-  o.d_delta = download(d_delta);
-  o.du = download(du);
-  o.dB = download(dB);
-  o.dC = download(dC);
-  o.dD = download(dD);
-  o.dA_log = download(dA);
-  o.dh0 = download(dh0);
+  o.d_delta = download(d_delta, size_t(n));
+  o.du = download(du, size_t(n));
+  if (c.gate) o.dz = download(dz, size_t(n));
+  o.dB = download(dB, size_t(R * c.ds));
+  o.dC = download(dC, size_t(R * c.ds));
+  o.dD = download(dD, size_t(c.di));
+  o.dA_log = download(dA, size_t(c.di * c.ds));
+  o.dh0 = download(dh0, size_t(ns));
 
   // Second run without dh0 (accumulators reset): bitwise the same everything else.
   dD.upload(in.dD0.data(), in.dD0.size(), kStream);
   dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
   run_bwd(nullptr);
-  EXPECT_TRUE(bitwise_equal(download(d_delta), o.d_delta)) << mode << ": d_delta not reproducible";
-  EXPECT_TRUE(bitwise_equal(download(du), o.du)) << mode << ": du not reproducible";
-  EXPECT_TRUE(bitwise_equal(download(dB), o.dB)) << mode << ": dB not reproducible";
-  EXPECT_TRUE(bitwise_equal(download(dC), o.dC)) << mode << ": dC not reproducible";
-  EXPECT_TRUE(bitwise_equal(download(dD), o.dD)) << mode << ": dD not reproducible";
-  EXPECT_TRUE(bitwise_equal(download(dA), o.dA_log)) << mode << ": dA_log not reproducible";
-  MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + mode);
+  EXPECT_TRUE(bitwise_equal(download(d_delta, size_t(n)), o.d_delta)) << label << ": d_delta";
+  EXPECT_TRUE(bitwise_equal(download(du, size_t(n)), o.du)) << label << ": du not reproducible";
+  if (c.gate) EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << label << ": dz";
+  EXPECT_TRUE(bitwise_equal(download(dB, size_t(R * c.ds)), o.dB)) << label << ": dB";
+  EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << label << ": dC";
+  EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << label << ": dD";
+  EXPECT_TRUE(bitwise_equal(download(dA, size_t(c.di * c.ds)), o.dA_log)) << label << ": dA_log";
+  MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + label);
   return o;
 }
 
 // ---- comparison -------------------------------------------------------------------------
-std::vector<float> rounded(const std::vector<float>& v, DType t) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = mc::round_to(t, v[i]);
-  return r;
+// The oracle's h_saved rows at the checkpoints: [B, n_ckpt, di, ds] = h_saved[b, c·K, d, :].
+template <class S>
+std::vector<S> at_checkpoints(const std::vector<S>& hs, const ScanCase& c, int64_t K) {
+  const int64_t nck = (c.T + K - 1) / K, row = c.di * c.ds;
+  std::vector<S> out;
+  out.reserve(size_t(c.B * nck * row));
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t k = 0; k < nck; ++k) {
+      const auto first = hs.begin() + (b * (c.T + 1) + k * K) * row;
+      out.insert(out.end(), first, first + row);
+    }
+  return out;
 }
 
 struct Compared {
   std::vector<KRuleResult> rules;
-  std::vector<const std::vector<float>*> kernel;  // K per rule (for seq/par agreement)
+  std::vector<const std::vector<float>*> kernel;  // K per rule (for run agreement)
 };
 
-Compared compare(const std::string& label, const ScanOutputs<float>& K,
-                 const ScanOutputs<double>& O, const ScanOutputs<float>& P, DType dtype) {
+Compared compare(const std::string& label, const ScanCase& c, const Run& run,
+                 const ScanOutputs<float>& K, const ScanOutputs<double>& O,
+                 const ScanOutputs<float>& P) {
   using mc::check::k_rule;
   using mc::check::kF32KLimit;
   using mc::check::kTypedKLimit;
-  const double typed_limit = dtype == DType::F32 ? kF32KLimit : kTypedKLimit;
-  Compared c;
+  const DType dt = c.dtype;
+  const double typed_limit = dt == DType::F32 ? kF32KLimit : kTypedKLimit;
+  Compared out;
   auto add = [&](const char* name, const std::vector<float>& k, const std::vector<double>& o,
                  const std::vector<float>& p, DType t, double lim) {
-    c.rules.push_back(k_rule(name, k, o, p, t, lim));
-    c.kernel.push_back(&k);
+    out.rules.push_back(k_rule(name, k, o, p, t, lim));
+    out.kernel.push_back(&k);
   };
-  // typed outputs: P rounded like the kernel's RN store; f32 outputs: P as is
-  add("y", K.y, O.y, rounded(P.y, dtype), dtype, typed_limit);
-  add("h_saved", K.h_saved, O.h_saved, P.h_saved, DType::F32, kF32KLimit);
+  add("y", K.y, O.y, P.y, dt, typed_limit);
+  std::vector<double> O_saved;
+  std::vector<float> P_saved;
+  if (run.route == Route::Checkpointed) {
+    const int64_t Kc = ckpt_chunk(c);
+    O_saved = at_checkpoints(O.saved, c, Kc);
+    P_saved = at_checkpoints(P.saved, c, Kc);
+  } else {
+    O_saved = O.saved;
+    P_saved = P.saved;
+  }
+  if (O_saved.size() >= 16) add("saved", K.saved, O_saved, P_saved, DType::F32, kF32KLimit);
   add("h_final", K.h_final, O.h_final, P.h_final, DType::F32, kF32KLimit);
-  add("d_delta", K.d_delta, O.d_delta, rounded(P.d_delta, dtype), dtype, typed_limit);
-  add("du", K.du, O.du, rounded(P.du, dtype), dtype, typed_limit);
+  add("d_delta", K.d_delta, O.d_delta, P.d_delta, dt, typed_limit);
+  add("du", K.du, O.du, P.du, dt, typed_limit);
+  if (c.gate) add("dz", K.dz, O.dz, P.dz, dt, typed_limit);
   add("dB", K.dB, O.dB, P.dB, DType::F32, kF32KLimit);
   add("dC", K.dC, O.dC, P.dC, DType::F32, kF32KLimit);
-  add("dD", K.dD, O.dD, P.dD, DType::F32, kF32KLimit);
+  if (!c.no_skip) add("dD", K.dD, O.dD, P.dD, DType::F32, kF32KLimit);
   add("dA_log", K.dA_log, O.dA_log, P.dA_log, DType::F32, kF32KLimit);
   add("dh0", K.dh0, O.dh0, P.dh0, DType::F32, kF32KLimit);
-  for (const auto& r : c.rules) {
+  for (const auto& r : out.rules) {
     std::cout << "[scan " << label << "] " << r.summary() << "\n";
     ::testing::Test::RecordProperty("k." + label + "." + r.tensor, std::to_string(r.k));
     EXPECT_EQ(r.kernel.nonfinite, 0) << label << " " << r.tensor << ": first non-finite at "
                                      << r.kernel.first_nonfinite;
     EXPECT_TRUE(r.pass) << label << " | " << r.summary();
   }
-  return c;
+  return out;
 }
 
-// Both kernels are within their bounds of O, so within the sum of the bounds of each other.
-void expect_modes_agree(const std::string& label, const Compared& seq, const Compared& par) {
-  ASSERT_EQ(seq.rules.size(), par.rules.size());
-  for (size_t i = 0; i < seq.rules.size(); ++i) {
-    const std::vector<float>& a = *seq.kernel[i];
-    const std::vector<float>& b = *par.kernel[i];
-    ASSERT_EQ(a.size(), b.size());
-    double diff = 0;
-    for (size_t j = 0; j < a.size(); ++j) diff = std::max(diff, std::fabs(double(a[j]) - b[j]));
-    const double bound = seq.rules[i].bound + par.rules[i].bound;
-    std::cout << "[scan " << label << "] seq-vs-par " << seq.rules[i].tensor
-              << ": max|seq-par| = " << diff << " <= " << bound << "\n";
-    EXPECT_LE(diff, bound) << label << " seq vs par " << seq.rules[i].tensor;
-  }
+// Both runs are within their bounds of O, so within the sum of the bounds of each other
+// (for the tensors both produce; "saved" differs in meaning between routes).
+void expect_runs_agree(const std::string& label, const Compared& a, const Compared& b) {
+  for (size_t i = 0; i < a.rules.size(); ++i)
+    for (size_t j = 0; j < b.rules.size(); ++j) {
+      if (a.rules[i].tensor != b.rules[j].tensor || a.rules[i].tensor == "saved") continue;
+      const std::vector<float>& x = *a.kernel[i];
+      const std::vector<float>& y = *b.kernel[j];
+      ASSERT_EQ(x.size(), y.size());
+      double diff = 0;
+      for (size_t e = 0; e < x.size(); ++e) diff = std::max(diff, std::fabs(double(x[e]) - y[e]));
+      const double bound = a.rules[i].bound + b.rules[j].bound;
+      EXPECT_LE(diff, bound) << label << " runs disagree on " << a.rules[i].tensor;
+    }
 }
 
 // ---- the case list ------------------------------------------------------------------------
-int64_t parallel_chunk(int64_t ds) {
-  return mc::kern::scan_geometry(ScanShape{1, 1, 1, ds, ds}, true, false).chunk;
-}
-
 // B from the cycle, raised until every compared tensor has >= 16 elements
 // (B·T·ds for dB/dC is the smallest), and lowered when the case would be huge.
 ScanCase make_case(DType dt, int64_t T, int64_t ds, size_t i) {
@@ -430,22 +569,50 @@ ScanCase make_case(DType dt, int64_t T, int64_t ds, size_t i) {
 
 std::vector<ScanCase> all_cases() {
   std::vector<ScanCase> cases;
+  auto with = [&](ScanCase c, bool ScanCase::*flag) {
+    c.*flag = true;
+    c.seed = 1000 + cases.size();
+    return c;
+  };
+#if defined(MC_SCAN_HOST_EMULATION)
+  // the CPU emulation runs every thread as a fiber: small shapes only
+  const int64_t Ts[] = {1, 2, 7, 17, 33, 70};
+  const int64_t dss[] = {1, 5, 16, 64, 129};
+  for (int64_t T : Ts)
+    for (int64_t ds : dss) cases.push_back(make_case(DType::F32, T, ds, cases.size()));
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int64_t ds : {16, 65}) cases.push_back(make_case(dt, 37, ds, cases.size()));
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const ScanCase base = make_case(dt, 41, 16, cases.size());
+    cases.push_back(with(base, &ScanCase::chained));
+    cases.push_back(with(base, &ScanCase::softplus));
+    cases.push_back(with(base, &ScanCase::gate));
+    ScanCase all = with(with(with(with(base, &ScanCase::softplus), &ScanCase::gate),
+                             &ScanCase::no_skip), &ScanCase::zero_h0);
+    cases.push_back(all);
+  }
+  {  // several channel blocks, the last one partial
+    ScanCase c = make_case(DType::F32, 23, 16, cases.size());
+    c.di = 75;
+    cases.push_back(c);
+  }
+#else
   const int64_t Ts[] = {1, 2, 7, 255, 256, 257, 1021, 1023, 1024, 1025, 3072};
   const int64_t dss[] = {1, 16, 63, 64, 65, 128, 256};
   for (int64_t T : Ts)
     for (int64_t ds : dss) cases.push_back(make_case(DType::F32, T, ds, cases.size()));
-  // chunk boundaries of the parallel geometry (several lane widths)
-  for (int64_t ds : {4, 16, 64, 256}) {
-    const int64_t ch = parallel_chunk(ds);
-    for (int64_t T : {ch - 1, ch, ch + 1, 2 * ch + 1})
+  // chunk boundaries: the checkpointed stride (16 or 8) and the chunked route's chunk
+  for (int64_t ds : {4, 16, 129, 256}) {
+    const int64_t ck = ckpt_chunk(make_case(DType::F32, 100, ds, 0));
+    const int64_t ch =
+        scan::geometry(scan::Shape{1, 1, 1, ds}, Route::Chunked, false).chunk;
+    for (int64_t T : {ck - 1, ck, ck + 1, 2 * ck + 1, ch - 1, ch, ch + 1, 2 * ch + 1})
       cases.push_back(make_case(DType::F32, T, ds, cases.size()));
   }
   for (DType dt : {DType::BF16, DType::F16})
     for (int64_t T : {1, 257, 1025, 3072})
       for (int64_t ds : {16, 65, 256}) cases.push_back(make_case(dt, T, ds, cases.size()));
-  // Wide channel counts: the parallel backward then runs 2, 4 or 8 consecutive
-  // channels per block and sums their dB/dC terms in shared memory (odd di:
-  // the last group is partial).
+  // Wide channel counts: many channel blocks, odd di (the last block partial)
   struct Wide {
     DType dt;
     int64_t B, T, di, ds;
@@ -463,13 +630,22 @@ std::vector<ScanCase> all_cases() {
     cases.push_back(c);
   }
   for (DType dt : {DType::F32, DType::BF16}) {
-    ScanCase c = make_case(dt, 517, 16, cases.size());
-    c.chained = true;
-    cases.push_back(c);
-    c = make_case(dt, 300, 96, cases.size());
-    c.chained = true;
-    cases.push_back(c);
+    cases.push_back(with(make_case(dt, 517, 16, cases.size()), &ScanCase::chained));
+    cases.push_back(with(make_case(dt, 300, 96, cases.size()), &ScanCase::chained));
   }
+  // fused epilogues (checkpointed route only), each alone and all together
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (int64_t ds : {16, 256}) {
+      const ScanCase base = make_case(dt, 1025, ds, cases.size());
+      cases.push_back(with(base, &ScanCase::softplus));
+      cases.push_back(with(base, &ScanCase::gate));
+      cases.push_back(with(base, &ScanCase::no_skip));
+      cases.push_back(with(base, &ScanCase::zero_h0));
+      cases.push_back(with(with(with(with(with(base, &ScanCase::softplus), &ScanCase::gate),
+                                     &ScanCase::no_skip), &ScanCase::zero_h0),
+                           &ScanCase::chained));
+    }
+#endif
   return cases;
 }
 
@@ -479,14 +655,18 @@ template <class T>
 void run_case(const ScanCase& c) {
   const ScanInputs in = make_inputs(c);
   const ScanOutputs<double> O = run_oracle<double>(in);
-  const ScanOutputs<float> P = run_oracle<float>(in);
-  const ScanOutputs<float> Kpar = run_gpu<T>(in, true);
-  const Compared par = compare(c.name() + ".parallel", Kpar, O, P, c.dtype);
-  if (c.ds <= mc::Limits::kMaxSeqScanDState) {
-    const ScanOutputs<float> Kseq = run_gpu<T>(in, false);
-    const Compared seq = compare(c.name() + ".sequential", Kseq, O, P, c.dtype);
-    expect_modes_agree(c.name(), seq, par);
+  const ScanOutputs<float> P = run_oracle<float>(in, c.dtype);
+  const std::vector<Run> runs = runs_for(c);
+  std::vector<ScanOutputs<float>> K;
+  K.reserve(runs.size());
+  std::vector<Compared> cmp;
+  for (const Run& r : runs) {
+    K.push_back(run_gpu<T>(in, r));
+    cmp.push_back(compare(c.name() + "." + r.name(), c, r, K.back(), O, P));
   }
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t j = i + 1; j < runs.size(); ++j)
+      expect_runs_agree(c.name() + " " + runs[i].name() + " vs " + runs[j].name(), cmp[i], cmp[j]);
 }
 
 TEST_P(ScanParity, MatchesOracle) {
@@ -501,16 +681,21 @@ TEST_P(ScanParity, MatchesOracle) {
 INSTANTIATE_TEST_SUITE_P(Cases, ScanParity, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<ScanCase>& i) { return i.param.name(); });
 
+#if !defined(MC_SCAN_HOST_EMULATION)
 // ---- long sequence: 64-bit indexing ---------------------------------------------------------
-// B·(T+1)·di·ds = 65537·640·64 ≈ 2.68e9 > 2^31: h_saved, the dB/dC partials and
-// their reduction index past 2^31. Checked on sampled channels (b, d) against
-// the oracle run on that channel alone (y, h_saved, final state, d_delta, du,
-// dh0, dD, dA_log are per channel when B = 1), and dC at sampled rows against
-// Σ_d dy·h_saved computed in double from the kernel's own h_saved, within the
-// rigorous f32 summation bound γ_{di+1}·Σ_d|dy·h| (γ_n = n·u/(1 − n·u)).
+// B·(T+1)·di·ds = 65537·640·64 ≈ 2.68e9 > 2^31: h_saved (cross-check routes), the
+// element loop of every route and the dB/dC reduction index past 2^31 for late t
+// (the checkpointed route's largest tensor is far smaller, but its per-element
+// work spans the same range). Checked on sampled channels (b, d) against the
+// oracle run on that channel alone (y, final state, d_delta, du, dh0, dD, dA_log
+// are per channel when B = 1), and dC at sampled rows against Σ_d dy·h_t computed
+// in double from the oracle's own f64 states of every channel... which would
+// need the whole oracle: instead the cross-check routes' h_saved is used, within
+// the rigorous f32 summation bound γ_{di+1}·Σ_d|dy·h| (γ_n = n·u/(1 − n·u)); the
+// checkpointed route's dC must agree with the chunked route's within the sum of
+// their summation bounds.
 class ScanLongSequence : public mc::testing::GpuTest {};
 
-// rows x width elements starting at `offset`, rows `pitch` elements apart.
 template <class T>
 std::vector<float> download_strided(const DeviceBuffer<T>& d, int64_t rows, int64_t pitch_elems,
                                     int64_t offset, int64_t width) {
@@ -524,14 +709,12 @@ std::vector<float> download_strided(const DeviceBuffer<T>& d, int64_t rows, int6
   return out;
 }
 
-// Appends one channel's per-channel outputs (dB/dC are sums over all channels: not per channel).
 template <class S>
 void append_channel(ScanOutputs<S>& all, const ScanOutputs<S>& ch) {
   auto cat = [](std::vector<S>& dst, const std::vector<S>& src) {
     dst.insert(dst.end(), src.begin(), src.end());
   };
   cat(all.y, ch.y);
-  cat(all.h_saved, ch.h_saved);
   cat(all.h_final, ch.h_final);
   cat(all.d_delta, ch.d_delta);
   cat(all.du, ch.du);
@@ -542,10 +725,11 @@ void append_channel(ScanOutputs<S>& all, const ScanOutputs<S>& ch) {
 
 TEST_F(ScanLongSequence, T65536Beyond2Pow31) {
   const int64_t B = 1, T = 65536, di = 640, ds = 64;
-  const ScanShape s{B, T, di, ds, ds};
+  const scan::Shape sh{B, T, di, ds};
   const size_t hs_elems = size_t(B * (T + 1) * di * ds);
   ASSERT_GT(hs_elems, size_t(1) << 31);
-  const size_t need = hs_elems * 4 + mc::kern::scan_bwd_scratch_bytes(s) + (size_t(64) << 20);
+  const size_t need = hs_elems * 4 + scan::bwd_workspace_bytes(sh, Route::Chunked) +
+                      scan::bwd_workspace_bytes(sh, Route::Checkpointed) + (size_t(512) << 20);
   size_t free_b = 0, total_b = 0;
   MC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   if (free_b < need)
@@ -561,13 +745,12 @@ TEST_F(ScanLongSequence, T65536Beyond2Pow31) {
   const std::vector<int64_t> sample_d = {0, 1, 333, di - 2, di - 1};
   const std::vector<int64_t> sample_t = {0, 1, T / 2 + 1, T - 1};
 
-  // Oracle per sampled channel (di = 1 sub-problem with the same B/C rows).
   ScanOutputs<double> O;
   ScanOutputs<float> P;
   for (int64_t d : sample_d) {
     ScanInputs sub;
-    sub.s = ScanShape{B, T, 1, ds, ds};
-    sub.dtype = DType::F32;
+    sub.c = c;
+    sub.c.di = 1;
     for (int64_t t = 0; t < T; ++t) {
       sub.delta.push_back(in.delta[size_t(t * di + d)]);
       sub.u.push_back(in.u[size_t(t * di + d)]);
@@ -587,33 +770,66 @@ TEST_F(ScanLongSequence, T65536Beyond2Pow31) {
   DeviceBuffer<float> delta = upload<float>(in.delta, "delta"), u = upload<float>(in.u, "u"),
                       dy = upload<float>(in.dy, "dy"), Bm = upload<float>(in.Bm, "Bm"),
                       Cm = upload<float>(in.Cm, "Cm"), a = upload<float>(in.a_neg, "a_neg"),
-                      D = upload<float>(in.D, "D");
-  DeviceBuffer<float> hs(hs_elems, "h_saved");
-  DeviceBuffer<char> scratch(mc::kern::scan_bwd_scratch_bytes(s), "scan scratch");
-  for (bool parallel : {true, false}) {
-    const std::string mode = std::string("T65536.") + (parallel ? "parallel" : "sequential");
-    DeviceBuffer<float> h = upload<float>(in.h0, "h");
-    DeviceBuffer<float> y(in.delta.size(), "y"), d_delta(in.delta.size(), "d_delta"),
-        du(in.delta.size(), "du"), dB(size_t(T * ds), "dB"), dC(size_t(T * ds), "dC"),
-        dh0(in.h0.size(), "dh0");
+                      D = upload<float>(in.D, "D"), h0 = upload<float>(in.h0, "h0");
+  std::vector<float> dC_chunked;
+  double dC_bound_chunked = 0;
+  for (const Run run : {Run{Route::Chunked, ExpMath::Accurate}, Run{Route::Sequential, ExpMath::Accurate},
+                        Run{Route::Checkpointed, ExpMath::Hardware}}) {
+    const std::string mode = "T65536." + run.name();
+    DeviceBuffer<float> saved(scan::saved_floats(sh, run.route), "saved");
+    DeviceBuffer<char> ws(scan::bwd_workspace_bytes(sh, run.route), "workspace");
+    DeviceBuffer<float> hf(in.h0.size(), "h_final"), y(in.delta.size(), "y"),
+        d_delta(in.delta.size(), "d_delta"), du(in.delta.size(), "du"), dB(size_t(T * ds), "dB"),
+        dC(size_t(T * ds), "dC"), dh0(in.h0.size(), "dh0");
     DeviceBuffer<float> dD(size_t(di), "dD"), dA(size_t(di * ds), "dA_log");
     dD.zero(kStream);
     dA.zero(kStream);
     fill_nan(y);
-    fill_nan(hs);
-    mc::kern::scan_fwd<float>(parallel, s, delta.get(), u.get(), Bm.get(), Cm.get(), a.get(),
-                              D.get(), h.get(), hs.get(), y.get(), kStream);
-    mc::kern::scan_bwd<float>(parallel, s, delta.get(), u.get(), Bm.get(), Cm.get(), a.get(),
-                              D.get(), hs.get(), dy.get(), d_delta.get(), du.get(), dB.get(),
-                              dC.get(), dD.get(), dA.get(), dh0.get(), scratch.get(), kStream);
+    fill_nan(saved);
+    scan::FwdParams<float> f;
+    f.shape = sh;
+    f.route = run.route;
+    f.exp = run.exp;
+    f.delta = {delta.get(), 0};
+    f.u = {u.get(), 0};
+    f.Bm = {Bm.get(), 0};
+    f.Cm = {Cm.get(), 0};
+    f.a_neg = a.get();
+    f.D = D.get();
+    f.h0 = h0.get();
+    f.h_final = hf.get();
+    f.saved = saved.get();
+    f.y = {y.get(), 0};
+    scan::forward<float>(f, kStream);
+    scan::BwdParams<float> b;
+    b.shape = sh;
+    b.route = run.route;
+    b.exp = run.exp;
+    b.delta = f.delta;
+    b.u = f.u;
+    b.Bm = f.Bm;
+    b.Cm = f.Cm;
+    b.a_neg = f.a_neg;
+    b.D = f.D;
+    b.saved = saved.get();
+    b.dy = {dy.get(), 0};
+    b.d_delta = {d_delta.get(), 0};
+    b.du = {du.get(), 0};
+    b.dB = {dB.get(), 0};
+    b.dC = {dC.get(), 0};
+    b.dD = dD.get();
+    b.dA_log = dA.get();
+    b.dh0 = dh0.get();
+    b.workspace = ws.get();
+    b.workspace_bytes = ws.bytes();
+    scan::backward<float>(b, kStream);
     MC_CUDA_CHECK(cudaDeviceSynchronize(), mode);
 
     ScanOutputs<float> K;
     for (int64_t d : sample_d) {
       ScanOutputs<float> ch;
       ch.y = download_strided(y, T, di, d, 1);
-      ch.h_saved = download_strided(hs, T + 1, di * ds, d * ds, ds);
-      ch.h_final = download_strided(h, 1, ds, d * ds, ds);
+      ch.h_final = download_strided(hf, 1, ds, d * ds, ds);
       ch.d_delta = download_strided(d_delta, T, di, d, 1);
       ch.du = download_strided(du, T, di, d, 1);
       ch.dD = download_strided(dD, 1, 1, d, 1);
@@ -625,7 +841,6 @@ TEST_F(ScanLongSequence, T65536Beyond2Pow31) {
     const double lim = mc::check::kF32KLimit;
     const std::vector<KRuleResult> rules = {
         k_rule("y", K.y, O.y, P.y, DType::F32, lim),
-        k_rule("h_saved", K.h_saved, O.h_saved, P.h_saved, DType::F32, lim),
         k_rule("h_final", K.h_final, O.h_final, P.h_final, DType::F32, lim),
         k_rule("d_delta", K.d_delta, O.d_delta, P.d_delta, DType::F32, lim),
         k_rule("du", K.du, O.du, P.du, DType::F32, lim),
@@ -645,30 +860,52 @@ TEST_F(ScanLongSequence, T65536Beyond2Pow31) {
                          1e-6 * std::fabs(O.dD[i]))
           << mode << " dD[" << sample_d[i] << "]";
     }
-    // dC rows through the reduction kernel (index past 2^31 for late t).
-    const std::vector<float> gdC = download(dC);
+    // dC rows through the reduction (index past 2^31 for late t on the cross-check routes)
+    const std::vector<float> gdC = download(dC, size_t(T * ds));
     const double u32 = std::ldexp(1.0, -24);
     const double gamma = double(di + 1) * u32 / (1.0 - double(di + 1) * u32);
-    for (int64_t t : sample_t) {
-      const std::vector<float> hrow = download_strided(hs, 1, di * ds, (t + 1) * di * ds, di * ds);
-      for (int64_t n = 0; n < ds; ++n) {
-        double ref = 0, mag = 0;
-        for (int64_t d = 0; d < di; ++d) {
-          const double term = double(in.dy[size_t(t * di + d)]) * hrow[size_t(d * ds + n)];
-          ref += term;
-          mag += std::fabs(term);
+    if (run.route != Route::Checkpointed) {
+      double bound_max = 0;
+      for (int64_t t : sample_t) {
+        const std::vector<float> hrow =
+            download_strided(saved, 1, di * ds, (t + 1) * di * ds, di * ds);
+        for (int64_t n = 0; n < ds; ++n) {
+          double ref = 0, mag = 0;
+          for (int64_t d = 0; d < di; ++d) {
+            const double term = double(in.dy[size_t(t * di + d)]) * hrow[size_t(d * ds + n)];
+            ref += term;
+            mag += std::fabs(term);
+          }
+          EXPECT_LE(std::fabs(gdC[size_t(t * ds + n)] - ref), gamma * mag + 1e-30)
+              << mode << " dC[t=" << t << ", n=" << n << "]";
+          bound_max = std::max(bound_max, gamma * mag);
         }
-        EXPECT_LE(std::fabs(gdC[size_t(t * ds + n)] - ref), gamma * mag + 1e-30)
-            << mode << " dC[t=" << t << ", n=" << n << "]";
       }
+      if (run.route == Route::Chunked) {
+        dC_chunked = gdC;
+        dC_bound_chunked = bound_max;
+      }
+    } else {
+      // against the chunked route's dC: both sum f32 terms of states that agree
+      // with the oracle (checked above through y and dh0), so within the k-rule's
+      // f32 bounds of dC on the rows the chunked check saw.
+      ASSERT_EQ(dC_chunked.size(), gdC.size());
+      for (int64_t t : sample_t)
+        for (int64_t n = 0; n < ds; ++n) {
+          const double diff = std::fabs(double(gdC[size_t(t * ds + n)]) -
+                                        dC_chunked[size_t(t * ds + n)]);
+          EXPECT_LE(diff, 2 * lim * dC_bound_chunked + 1e-6)
+              << mode << " dC[t=" << t << ", n=" << n << "] vs chunked";
+        }
     }
   }
 }
+#endif  // !MC_SCAN_HOST_EMULATION
 
 // ---- refusals and contracts (no device needed) ------------------------------------------------
-std::string refusal_message(const ScanShape& s, bool parallel) {
+std::string refusal_message(const scan::Shape& s, Route r) {
   try {
-    mc::kern::check_scan_shape(s, parallel);
+    scan::check_shape(s, r);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -677,121 +914,167 @@ std::string refusal_message(const ScanShape& s, bool parallel) {
 
 bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
-TEST(ScanRefusal, ParallelDState257) {
-  const ScanShape s{1, 8, 4, 257, 257};
-  const std::string m = refusal_message(s, true);
-  EXPECT_TRUE(contains(m, "d_state = 257") && contains(m, "256")) << m;
-  float dummy = 0;
-  EXPECT_THROW(mc::kern::scan_fwd<float>(true, s, &dummy, &dummy, &dummy, &dummy, &dummy, &dummy,
-                                         &dummy, &dummy, &dummy, nullptr),
-               ConfigError);
-  EXPECT_THROW(mc::kern::scan_bwd<float>(true, s, &dummy, &dummy, &dummy, &dummy, &dummy, &dummy,
-                                         &dummy, &dummy, &dummy, &dummy, &dummy, &dummy, &dummy,
-                                         &dummy, &dummy, &dummy, nullptr),
-               ConfigError);
+// A well-formed f32 forward on dummy pointers, for refusal tests that must fail
+// before anything is launched.
+scan::FwdParams<float> dummy_fwd(float* x, scan::Shape sh, Route r) {
+  scan::FwdParams<float> f;
+  f.shape = sh;
+  f.route = r;
+  f.delta = {x, 0};
+  f.u = {x, 0};
+  f.Bm = {x, 0};
+  f.Cm = {x, 0};
+  f.a_neg = x;
+  f.D = x;
+  f.h0 = x;
+  f.h_final = x;
+  f.y = {x, 0};
+  return f;
 }
 
-TEST(ScanRefusal, SequentialDState65) {
-  const ScanShape s{2, 8, 4, 65, 65};
-  const std::string m = refusal_message(s, false);
-  EXPECT_TRUE(contains(m, "d_state = 65") && contains(m, "64") && contains(m, "sequential")) << m;
-  EXPECT_EQ(refusal_message(s, true), "") << "the parallel scan must accept d_state 65";
-  float dummy = 0;
-  EXPECT_THROW(mc::kern::scan_fwd<float>(false, s, &dummy, &dummy, &dummy, &dummy, &dummy, &dummy,
-                                         &dummy, &dummy, &dummy, nullptr),
-               ConfigError);
-  EXPECT_THROW(mc::kern::scan_bwd<__nv_bfloat16>(
-                   false, s, nullptr, nullptr, nullptr, nullptr, &dummy, &dummy, &dummy, nullptr,
-                   nullptr, nullptr, &dummy, &dummy, &dummy, &dummy, &dummy, &dummy, nullptr),
+TEST(ScanRefusal, DStateLimitsPerRoute) {
+  const std::string m = refusal_message(scan::Shape{1, 8, 4, 257}, Route::Checkpointed);
+  EXPECT_TRUE(contains(m, "d_state = 257") && contains(m, "256")) << m;
+  EXPECT_TRUE(contains(refusal_message(scan::Shape{1, 8, 4, 257}, Route::Chunked), "d_state = 257"));
+  const std::string s = refusal_message(scan::Shape{2, 8, 4, 65}, Route::Sequential);
+  EXPECT_TRUE(contains(s, "d_state = 65") && contains(s, "64") && contains(s, "sequential")) << s;
+  EXPECT_EQ(refusal_message(scan::Shape{2, 8, 4, 65}, Route::Checkpointed), "");
+  EXPECT_EQ(refusal_message(scan::Shape{2, 8, 4, 256}, Route::Checkpointed), "");
+  float x = 0;
+  EXPECT_THROW(scan::forward<float>(dummy_fwd(&x, {1, 8, 4, 257}, Route::Checkpointed), nullptr),
                ConfigError);
 }
 
 TEST(ScanRefusal, EveryFieldNamed) {
   struct Bad {
-    ScanShape s;
+    scan::Shape s;
     const char* field;
     const char* value;
   };
-  const Bad bad[] = {{{0, 8, 4, 16, 16}, "batch", "0"},
-                     {{1, 0, 4, 16, 16}, "seq_len", "0"},
-                     {{1, 8, 0, 16, 16}, "d_inner", "0"},
-                     {{1, 8, 65536, 16, 16}, "d_inner", "65536"},
-                     {{1, 8, 4, 0, 16}, "d_state", "0"},
-                     {{1, 8, 4, 16, 15}, "ld_bc", "15"},
-                     {{1, (int64_t(1) << 24) + 1, 4, 16, 16}, "seq_len", "16777217"}};
+  const Bad bad[] = {{{0, 8, 4, 16}, "batch", "0"},
+                     {{1, 0, 4, 16}, "seq_len", "0"},
+                     {{1, 8, 0, 16}, "d_inner", "0"},
+                     {{1, 8, 65536, 16}, "d_inner", "65536"},
+                     {{1, 8, 4, 0}, "d_state", "0"},
+                     {{1, (int64_t(1) << 24) + 1, 4, 16}, "seq_len", "16777217"}};
   for (const Bad& b : bad)
-    for (bool parallel : {false, true}) {
-      const std::string m = refusal_message(b.s, parallel);
-      EXPECT_TRUE(contains(m, std::string(b.field) + " = " + b.value)) << b.field << ": " << m;
+    for (Route r : {Route::Checkpointed, Route::Chunked, Route::Sequential}) {
+      const std::string m = refusal_message(b.s, r);
+      EXPECT_TRUE(contains(m, std::string(b.field) + " = " + b.value))
+          << scan::to_string(r) << " " << b.field << ": " << m;
     }
-  // B·(T+1)·di·ds beyond the index budget
-  const std::string m = refusal_message(ScanShape{1 << 20, 1 << 24, 65535, 256, 256}, true);
-  EXPECT_TRUE(contains(m, "batch*(seq_len+1)*d_inner*d_state")) << m;
+  float x = 0;
+  scan::FwdParams<float> f = dummy_fwd(&x, {1, 8, 4, 16}, Route::Checkpointed);
+  f.Bm.ld = 15;  // shorter than a row of d_state values
+  try {
+    scan::forward<float>(f, nullptr);
+    ADD_FAILURE() << "Bm.ld 15 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "Bm.ld = 15") && contains(e.what(), "16")) << e.what();
+  }
 }
 
 TEST(ScanRefusal, NullPointerNamed) {
-  const ScanShape s{1, 8, 4, 16, 16};
   float x = 0;
+  scan::FwdParams<float> f = dummy_fwd(&x, {1, 8, 4, 16}, Route::Checkpointed);
+  f.y = {nullptr, 0};
   try {
-    mc::kern::scan_fwd<float>(true, s, &x, &x, &x, &x, &x, &x, &x, &x, nullptr, nullptr);
+    scan::forward<float>(f, nullptr);
     ADD_FAILURE() << "null y accepted";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "y is null")) << e.what();
   }
-}
-
-TEST(ScanContract, TrafficModelAndScratch) {
-  const ScanShape s{3, 100, 24, 16, 40};
-  const size_t BT = 300, di = 24, ds = 16, S = 3 * di * ds;
-  EXPECT_EQ(mc::kern::scan_fwd_min_bytes(s, 4, true) - mc::kern::scan_fwd_min_bytes(s, 4, false),
-            4 * 3 * 101 * di * ds);
-  EXPECT_EQ(mc::kern::scan_fwd_min_bytes(s, 2, false),
-            2 * BT * di * 2 + 2 * BT * ds * 2 + 4 * (di * ds + di) + 4 * S + BT * di * 2 + 4 * S);
-  EXPECT_EQ(mc::kern::scan_bwd_min_bytes(s, 4, true) - mc::kern::scan_bwd_min_bytes(s, 4, false),
-            4 * S);
-  EXPECT_GE(mc::kern::scan_bwd_scratch_bytes(s), 2 * BT * di * ds * 4 + S * 4 + 3 * di * 4);
-  EXPECT_EQ(mc::kern::scan_bwd_extra_bytes(s), 16 * BT * di * ds + 2 * 3 * di * (ds + 1) * 4);
-  // grouped channels: partial traffic divided by the group size
-  const ScanShape w{8, 100, 1536, 16, 16};
-  const auto g = mc::kern::scan_geometry(w, true, true);
-  EXPECT_EQ(g.channels_per_block, 8);
-  const size_t part = 8 * 100 * size_t(1536 / 8) * 16 * 4, per_b = 8 * 1536 * 17 * 4;
-  EXPECT_EQ(mc::kern::scan_bwd_extra_bytes(w, true), 4 * part + 2 * per_b);
-  EXPECT_EQ(mc::kern::scan_bwd_extra_bytes(w, false), 4 * part * 8 + 2 * per_b);
-}
-
-TEST(ScanContract, ParallelGeometryCoversEveryDState) {
-  for (int64_t ds = 1; ds <= mc::Limits::kMaxDState; ++ds) {
-    const auto g = mc::kern::scan_geometry(ScanShape{2, 1000, 5, ds, ds}, true, true);
-    EXPECT_EQ(g.threads, g.lanes * g.segments) << ds;
-    EXPECT_LE(g.threads, 256) << ds;
-    EXPECT_EQ(g.threads % 32, 0) << ds << ": whole warps";
-    EXPECT_EQ(g.lanes & (g.lanes - 1), 0) << ds << ": lanes a power of two";
-    EXPECT_GE(g.lanes, std::min<int64_t>(ds, 32)) << ds;
-    EXPECT_EQ(g.chunk, int64_t(g.segments) * g.items) << ds;
-    EXPECT_EQ(g.blocks, 10) << ds;
-    EXPECT_EQ(g.channels_per_block, 1) << ds << ": too few blocks to group channels";
-    EXPECT_LE(g.smem_bytes, size_t(100) << 10) << ds << ": two blocks per SM fit";
-    // many channels: grouped where d_state <= 64, never over the shared-memory budget
-    for (int64_t di : {1031, 4099, 8191, 65535}) {
-      const ScanShape w{4, 1000, di, ds, ds};
-      const auto gw = mc::kern::scan_geometry(w, true, true);
-      const int dt = gw.channels_per_block;
-      EXPECT_TRUE(dt == 1 || dt == 2 || dt == 4 || dt == 8) << ds << " " << di;
-      if (ds > 64) {
-        EXPECT_EQ(dt, 1) << ds;
-      }
-      EXPECT_GE(4 * di, int64_t(dt) * 1024) << ds << " " << di << ": enough blocks left";
-      EXPECT_EQ(gw.blocks, 4 * ((di + dt - 1) / dt)) << ds << " " << di;
-      EXPECT_LE(gw.smem_bytes, size_t(100) << 10) << ds << " " << di;
-    }
+  scan::BwdParams<float> b;
+  b.shape = {1, 8, 4, 16};
+  b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
+  b.a_neg = b.saved = &x;
+  b.d_delta = b.du = {&x, 0};
+  b.dA_log = &x;
+  b.dB = b.dC = {&x, 0};
+  b.D = &x;  // D set, dD missing
+  try {
+    scan::backward<float>(b, nullptr);
+    ADD_FAILURE() << "D without dD accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "dD")) << e.what();
   }
-  EXPECT_EQ(mc::kern::scan_geometry(ScanShape{4, 1000, 65535, 16, 16}, true, true)
-                .channels_per_block, 8);
 }
 
-// The kernels' exp (scan_math.cuh) is host/device code: checked here on the
-// CPU against double-precision exp on every 61st float of [-104, 89].
+TEST(ScanRefusal, CrossCheckRoutesNameWhatTheyLack) {
+  float x = 0;
+  for (Route r : {Route::Chunked, Route::Sequential}) {
+    scan::FwdParams<float> f = dummy_fwd(&x, {1, 8, 4, 16}, r);
+    f.z = {&x, 8};
+    try {
+      scan::forward<float>(f, nullptr);
+      ADD_FAILURE() << "z accepted on " << scan::to_string(r);
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), scan::to_string(r)) && contains(e.what(), "gate"))
+          << e.what();
+    }
+    f = dummy_fwd(&x, {1, 8, 4, 16}, r);
+    f.delta.ld = 9;
+    EXPECT_THROW(scan::forward<float>(f, nullptr), ConfigError) << scan::to_string(r);
+  }
+}
+
+TEST(ScanRefusal, ShortWorkspaceNamed) {
+  float x = 0;
+  scan::BwdParams<float> b;
+  b.shape = {2, 100, 40, 16};
+  b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
+  b.a_neg = b.saved = &x;
+  b.d_delta = b.du = {&x, 0};
+  b.dA_log = &x;
+  b.dB = b.dC = {&x, 0};
+  b.workspace = &x;
+  b.workspace_bytes = 64;
+  try {
+    scan::backward<float>(b, nullptr);
+    ADD_FAILURE() << "short workspace accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "workspace_bytes = 64")) << e.what();
+  }
+}
+
+TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
+  for (int64_t ds = 1; ds <= mc::Limits::kMaxDState; ++ds)
+    for (bool bwd : {false, true}) {
+      const scan::Shape sh{3, 1000, 77, ds};
+      const scan::Geometry g = scan::geometry(sh, Route::Checkpointed, bwd);
+      EXPECT_EQ(g.threads % 32, 0) << ds << ": whole warps";
+      EXPECT_EQ(g.lanes & (g.lanes - 1), 0) << ds << ": lanes a power of two";
+      EXPECT_LE(g.lanes, 32) << ds << ": a channel within one warp";
+      EXPECT_GE(int64_t(g.lanes) * g.states, ds) << ds << ": every state held";
+      EXPECT_LT(int64_t(g.lanes / 2) * g.states, ds) << ds << ": no idle lane pair";
+      EXPECT_EQ(g.channels_per_block * g.lanes, g.threads) << ds;
+      EXPECT_EQ(g.blocks, 3 * ((77 + g.channels_per_block - 1) / g.channels_per_block)) << ds;
+      EXPECT_EQ(g.n_ckpt, (1000 + g.chunk - 1) / g.chunk) << ds;
+      EXPECT_LE(g.smem_bytes, size_t(100) << 10) << ds << ": two blocks per SM fit";
+      EXPECT_EQ(scan::saved_floats(sh, Route::Checkpointed), size_t(3 * g.n_ckpt * 77 * ds)) << ds;
+    }
+}
+
+TEST(ScanContract, TrafficModel) {
+  const scan::Shape s{3, 100, 24, 16};
+  const size_t BT = 300, di = 24, ds = 16;
+  const scan::Traffic f2 = scan::forward_traffic(s, Route::Checkpointed, 2, false);
+  EXPECT_EQ(f2.min_bytes, 3 * BT * di * 2 + 2 * BT * ds * 2 + 4 * (2 * 3 * di * ds + di * ds + di));
+  EXPECT_EQ(f2.route_bytes, 0u);
+  EXPECT_EQ(scan::forward_traffic(s, Route::Chunked, 4, true).route_bytes, 4 * 3 * 101 * di * ds);
+  const scan::Geometry g = scan::geometry(s, Route::Checkpointed, false);
+  EXPECT_EQ(scan::forward_traffic(s, Route::Checkpointed, 4, true).route_bytes,
+            4 * 3 * size_t(g.n_ckpt) * di * ds);
+  const scan::Traffic b4 = scan::backward_traffic(s, Route::Checkpointed, 4);
+  EXPECT_EQ(b4.min_bytes, 5 * BT * di * 4 + 2 * BT * ds * 4 + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
+  EXPECT_EQ(b4.exps, 2.0 * BT * di * ds);
+  EXPECT_GT(b4.route_bytes, 4 * 3 * size_t(g.n_ckpt) * di * ds);
+  EXPECT_GE(scan::bwd_workspace_bytes(s, Route::Checkpointed),
+            2 * BT * size_t(scan::geometry(s, Route::Checkpointed, true).reduce_groups) * ds * 4);
+}
+
+// The kernels' accurate exp (scan_math.cuh) is host/device code: checked here on
+// the CPU against double-precision exp on every 61st float of [-104, 89].
 // Bounds from its construction: one final round-to-nearest (0.5 ulp) plus
 // < 0.15 ulp from the polynomial, the r² and tail roundings -> 0.65 ulp for
 // normal results; subnormal results round twice (the scaling), -> 1 ulp.
