@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
-#include "builtin_configs.hpp"
-#include "commands.hpp"
-#include "gradcheck.hpp"
-#include "model.hpp"
-#include "model_check.hpp"
-#include "pipeline.hpp"
-#include "problem.hpp"
-#include "report_json.hpp"
+#include "cli/args.hpp"
+#include "reference_cpu/builtin_configs.hpp"
+#include "cli/commands.hpp"
+#include "validation/common/gradcheck.hpp"
+#include "reference_cpu/model.hpp"
+#include "validation/common/model_check.hpp"
+#include "gpu/pipeline.hpp"
+#include "validation/common/problem.hpp"
+#include "validation/common/report_json.hpp"
 
 namespace mc::cli {
 

@@ -10,11 +10,11 @@
 #include <stdexcept>
 #include <utility>
 
-#include "conv.cuh"
-#include "elementwise.cuh"
-#include "norm.cuh"
-#include "pipeline_impl.hpp"
-#include "reduce.cuh"
+#include "kernels/conv.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/norm.cuh"
+#include "gpu/pipeline_impl.hpp"
+#include "kernels/reduce.cuh"
 
 namespace mc::gpu {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "pipeline.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::gpu {
 

@@ -2,7 +2,7 @@
 // toolkit: gpu_available() says so, and constructing a Model throws
 // (ConfigError for a bad config or shape, exactly as the CUDA build, else
 // GpuUnavailable).
-#include "pipeline.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::gpu {
 

@@ -29,13 +29,13 @@
 #include <memory>
 #include <type_traits>
 
-#include "device_buffer.hpp"
-#include "device_context.hpp"
-#include "finite_check.hpp"
-#include "gemm.hpp"
-#include "param_layout.hpp"
-#include "pipeline.hpp"
-#include "scan.cuh"
+#include "gpu/device_buffer.hpp"
+#include "gpu/device_context.hpp"
+#include "gpu/finite_check.hpp"
+#include "gpu/gemm.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "gpu/pipeline.hpp"
+#include "kernels/scan.cuh"
 
 namespace mc::gpu {
 

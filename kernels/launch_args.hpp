@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc::kern {
 

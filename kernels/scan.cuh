@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc::kern {
 

@@ -10,8 +10,7 @@
 //
 // Build and run (from the repository root; B = a configured CMake build dir
 // that has built mc_validation and mc_reference):
-//   E="-DMC_SCAN_HOST_EMULATION -Ikernels -Igpu -Ireference_cpu -Ivalidation/common \
-//      -I/usr/local/cuda/include"
+//   E="-DMC_SCAN_HOST_EMULATION -I. -I/usr/local/cuda/include"
 //   for f in kernels/scan_{fwd,bwd}_{f32,bf16,f16}.cu kernels/scan_host.cu kernels/scan_reduce.cu; do
 //     g++ -std=c++17 -O2 -Wno-unknown-pragmas $E -x c++ -c $f -o /tmp/$(basename $f).o; done
 //   g++ -std=c++17 -O2 -fopenmp $E -include kernels/scan_emulation_runtime.cuh \

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc::ref {
 

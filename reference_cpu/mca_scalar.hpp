@@ -28,7 +28,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc::ref {
 

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "config.hpp"
-#include "param_layout.hpp"
-#include "storage.hpp"
+#include "reference_cpu/config.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc::ref {
 

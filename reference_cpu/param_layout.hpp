@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc {
 

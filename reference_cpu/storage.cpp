@@ -1,5 +1,5 @@
 // storage.cpp — f16 conversion with round-to-nearest-even (bf16 is inline).
-#include "storage.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc {
 

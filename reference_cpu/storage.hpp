@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc {
 

@@ -8,7 +8,7 @@
 // the distance is the absolute difference of those integers. It counts the
 // representable values between the two, across the zero/subnormal/normal
 // boundaries alike.
-#include "compare.hpp"
+#include "validation/common/compare.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <sstream>
 
-#include "storage.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc::check {
 namespace {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "reference_cpu/config.hpp"
 
 namespace mc::check {
 

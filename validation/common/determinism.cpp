@@ -1,6 +1,6 @@
 // determinism.cpp — named tensors of a Model run, FNV-1a manifests, the rerun
 // checker and the determinism rows of the validation JSON (determinism.hpp).
-#include "determinism.hpp"
+#include "validation/common/determinism.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -17,9 +17,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "compare.hpp"
-#include "param_layout.hpp"
-#include "report_json.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "validation/common/report_json.hpp"
 
 namespace mc::check {
 

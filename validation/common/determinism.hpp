@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "model_check.hpp"
-#include "pipeline.hpp"
+#include "validation/common/model_check.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::check {
 

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu_allocation.hpp"
-#include "pipeline.hpp"
+#include "validation/common/gpu_allocation.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::testing {
 

@@ -1,7 +1,7 @@
 // gradcheck.cpp — the directional finite-difference check and the
 // differentiable functions (backbone, layer, steps) it is applied to. The
 // tolerance model is documented in gradcheck.hpp.
-#include "gradcheck.hpp"
+#include "validation/common/gradcheck.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model.hpp"
-#include "steps.hpp"
+#include "reference_cpu/model.hpp"
+#include "reference_cpu/steps.hpp"
 
 namespace mc::check {
 

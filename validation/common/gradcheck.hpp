@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "problem.hpp"
+#include "validation/common/problem.hpp"
 
 namespace mc::check {
 

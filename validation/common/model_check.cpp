@@ -1,15 +1,15 @@
 // model_check.cpp — O/P/K runs of one backbone problem and their per-tensor
 // k-rule comparison (see model_check.hpp).
-#include "model_check.hpp"
+#include "validation/common/model_check.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
-#include "model.hpp"
-#include "param_layout.hpp"
-#include "problem.hpp"
-#include "storage.hpp"
+#include "reference_cpu/model.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "validation/common/problem.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc::check {
 

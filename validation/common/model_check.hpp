@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "model.hpp"
-#include "param_layout.hpp"
-#include "pipeline.hpp"
-#include "storage.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "reference_cpu/model.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "gpu/pipeline.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc::check {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "config.hpp"
-#include "model.hpp"
-#include "param_layout.hpp"
+#include "reference_cpu/config.hpp"
+#include "reference_cpu/model.hpp"
+#include "reference_cpu/param_layout.hpp"
 
 namespace mc::check {
 

@@ -1,6 +1,6 @@
 // report_json.cpp — validation JSON encoding and the context block (see
 // report_json.hpp and reports/README.md for the schema).
-#include "report_json.hpp"
+#include "validation/common/report_json.hpp"
 
 #include <fcntl.h>
 #include <omp.h>
@@ -15,8 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "build_info.hpp"
-#include "pipeline.hpp"
+#include "generated/build_info.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::report {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "compare.hpp"
+#include "validation/common/compare.hpp"
 
 namespace mc::report {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
-#include "model.hpp"
-#include "problem.hpp"
+#include "reference_cpu/config.hpp"
+#include "reference_cpu/model.hpp"
+#include "validation/common/problem.hpp"
 
 namespace mc::testing {
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "model_check.hpp"
-#include "param_layout.hpp"
-#include "storage.hpp"
+#include "validation/common/compare.hpp"
+#include "validation/common/model_check.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc::check {
 namespace {

@@ -10,9 +10,9 @@
 
 #include <iostream>
 
-#include "builtin_configs.hpp"
-#include "gradcheck.hpp"
-#include "oracle_test_support.hpp"
+#include "reference_cpu/builtin_configs.hpp"
+#include "validation/common/gradcheck.hpp"
+#include "validation/cpu/oracle_test_support.hpp"
 
 namespace mc::testing {
 namespace {

@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "builtin_configs.hpp"
-#include "oracle_test_support.hpp"
-#include "steps.hpp"
+#include "reference_cpu/builtin_configs.hpp"
+#include "validation/cpu/oracle_test_support.hpp"
+#include "reference_cpu/steps.hpp"
 
 namespace mc::testing {
 namespace {

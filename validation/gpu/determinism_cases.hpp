@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
-#include "determinism.hpp"
-#include "model_check.hpp"
-#include "pipeline.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/common/determinism.hpp"
+#include "validation/common/model_check.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::testing::det {
 

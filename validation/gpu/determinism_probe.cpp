@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "determinism.hpp"
-#include "determinism_cases.hpp"
-#include "pipeline.hpp"
+#include "validation/common/determinism.hpp"
+#include "validation/gpu/determinism_cases.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace {
 

@@ -38,13 +38,13 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "mca_scalar.hpp"
-#include "model.hpp"
-#include "model_check.hpp"
-#include "param_layout.hpp"
-#include "problem.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "reference_cpu/mca_scalar.hpp"
+#include "reference_cpu/model.hpp"
+#include "validation/common/model_check.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "validation/common/problem.hpp"
 
 namespace mc::testing {
 

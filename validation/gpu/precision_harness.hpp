@@ -38,12 +38,12 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "gpu_test.hpp"
-#include "model_check.hpp"
-#include "pipeline.hpp"
-#include "report_json.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/common/gpu_test.hpp"
+#include "validation/common/model_check.hpp"
+#include "gpu/pipeline.hpp"
+#include "validation/common/report_json.hpp"
 
 namespace mc::testing {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
-#include "model_check.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/common/model_check.hpp"
 
 namespace mc::testing {
 

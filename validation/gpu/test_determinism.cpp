@@ -52,16 +52,16 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_check.hpp"
-#include "determinism.hpp"
-#include "determinism_cases.hpp"
-#include "gpu_allocation.hpp"
-#include "gpu_test.hpp"
-#include "pipeline.hpp"
-#include "problem.hpp"
-#include "report_json.hpp"
-#include "testing_atomic_reduce.cuh"
-#include "testing_busy_load.cuh"
+#include "kernels/cuda_check.hpp"
+#include "validation/common/determinism.hpp"
+#include "validation/gpu/determinism_cases.hpp"
+#include "validation/common/gpu_allocation.hpp"
+#include "validation/common/gpu_test.hpp"
+#include "gpu/pipeline.hpp"
+#include "validation/common/problem.hpp"
+#include "validation/common/report_json.hpp"
+#include "validation/gpu/testing_atomic_reduce.cuh"
+#include "validation/gpu/testing_busy_load.cuh"
 
 extern char** environ;
 

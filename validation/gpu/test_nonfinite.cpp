@@ -32,14 +32,14 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
-#include "gpu_test.hpp"
-#include "model.hpp"
-#include "model_check.hpp"
-#include "param_layout.hpp"
-#include "pipeline.hpp"
-#include "steps.hpp"
-#include "storage.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/common/gpu_test.hpp"
+#include "reference_cpu/model.hpp"
+#include "validation/common/model_check.hpp"
+#include "reference_cpu/param_layout.hpp"
+#include "gpu/pipeline.hpp"
+#include "reference_cpu/steps.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace mc::testing {
 namespace {

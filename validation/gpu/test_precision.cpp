@@ -32,12 +32,12 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "model_check.hpp"
-#include "pipeline.hpp"
-#include "shape_generator.hpp"
-#include "precision_harness.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/common/model_check.hpp"
+#include "gpu/pipeline.hpp"
+#include "validation/gpu/shape_generator.hpp"
+#include "validation/gpu/precision_harness.hpp"
 
 namespace mc::testing {
 namespace {

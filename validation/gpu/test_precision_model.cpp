@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "precision_harness.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/gpu/precision_harness.hpp"
 
 namespace mc::testing {
 namespace {

@@ -42,16 +42,16 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "cuda_check.hpp"
-#include "device_buffer.hpp"
-#include "gpu_test.hpp"
-#include "problem.hpp"
-#include "scan.cuh"
-#include "scan_math.cuh"
-#include "steps.hpp"
-#include "storage.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "kernels/cuda_check.hpp"
+#include "gpu/device_buffer.hpp"
+#include "validation/common/gpu_test.hpp"
+#include "validation/common/problem.hpp"
+#include "kernels/scan.cuh"
+#include "kernels/scan_math.cuh"
+#include "reference_cpu/steps.hpp"
+#include "reference_cpu/storage.hpp"
 
 namespace {
 

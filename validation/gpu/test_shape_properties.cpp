@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "gpu_test.hpp"
-#include "model_harness.hpp"
-#include "pipeline.hpp"
-#include "shape_generator.hpp"
+#include "validation/common/compare.hpp"
+#include "reference_cpu/config.hpp"
+#include "validation/common/gpu_test.hpp"
+#include "validation/gpu/model_harness.hpp"
+#include "gpu/pipeline.hpp"
+#include "validation/gpu/shape_generator.hpp"
 
 namespace mc::testing {
 namespace {
