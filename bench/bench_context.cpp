@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "generated/build_info.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace mc::bench {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 
 namespace mc::bench {
 

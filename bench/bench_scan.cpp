@@ -40,14 +40,14 @@
 #include "bench/bench_context.hpp"
 #include "bench/timed_loop.hpp"
 #include "bench/bench_flags.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "kernels/cuda_check.hpp"
 #include "bench/cuda_util.hpp"
 #include "bench/device_fill.cuh"
 #include "kernels/scan.cuh"
 #include "bench/scan_sanity.hpp"
 #include "bench/shard_launcher.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc::bench {
 namespace {

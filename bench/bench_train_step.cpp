@@ -35,10 +35,10 @@
 #include "bench/bench_context.hpp"
 #include "bench/timed_loop.hpp"
 #include "bench/bench_flags.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "kernels/cuda_check.hpp"
 #include "bench/cuda_util.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "gpu/pipeline.hpp"
 #include "bench/shard_launcher.hpp"
 

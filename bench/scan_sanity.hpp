@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 
 namespace mc::bench {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/scan_sanity.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc::bench {
 namespace {

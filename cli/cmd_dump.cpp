@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "cli/args.hpp"
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "cli/commands.hpp"
 #include "validation/common/model_check.hpp"
 #include "cli/npy.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "validation/common/report_json.hpp"
 
 namespace mc::cli {

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/args.hpp"
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "cli/commands.hpp"
 #include "gpu/pipeline.hpp"
 

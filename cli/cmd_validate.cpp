@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "cli/commands.hpp"
 #include "validation/common/gradcheck.hpp"
 #include "reference_cpu/model.hpp"

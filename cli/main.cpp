@@ -9,7 +9,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 
 namespace {
 

@@ -33,7 +33,7 @@
 #include "gpu/device_context.hpp"
 #include "gpu/finite_check.hpp"
 #include "gpu/gemm.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "gpu/pipeline.hpp"
 #include "kernels/scan.cuh"
 

@@ -18,7 +18,7 @@
 //   g++ -std=c++17 -O2 $E -c gpu/device_buffer.cpp -o /tmp/db.o
 //   g++ -std=c++17 -O2 $E -c kernels/cuda_check.cpp -o /tmp/cc.o
 //   g++ -o /tmp/scan_emu /tmp/tsp.o /tmp/scan_*.o /tmp/db.o /tmp/cc.o \
-//     $B/validation/common/libmc_validation.a $B/reference_cpu/libmc_reference.a \
+//     $B/validation/common/libmc_validation.a $B/reference_cpu/libmc_reference.a $B/core/libmc_core.a \
 //     -lgtest -lgtest_main -fopenmp -lpthread
 //   /tmp/scan_emu --gtest_filter='Cases*'; MC_SCAN_EMU_REVERSE=1 /tmp/scan_emu --gtest_filter='Cases*'
 // (The T = 65536 case skips: the fake cudaMemGetInfo reports 8 GiB free.)

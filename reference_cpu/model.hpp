@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
-#include "reference_cpu/param_layout.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/config.hpp"
+#include "core/param_layout.hpp"
+#include "core/storage.hpp"
 
 namespace mc::ref {
 

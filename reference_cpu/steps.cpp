@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/steps.hpp"
 #include "reference_cpu/testing_faults.hpp"

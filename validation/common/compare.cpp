@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <sstream>
 
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc::check {
 namespace {

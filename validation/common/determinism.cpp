@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "validation/common/report_json.hpp"
 
 namespace mc::check {

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "reference_cpu/model.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "validation/common/problem.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc::check {
 

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "reference_cpu/model.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "gpu/pipeline.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc::check {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "reference_cpu/model.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 namespace mc::check {
 

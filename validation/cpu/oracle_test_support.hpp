@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "reference_cpu/model.hpp"
 #include "validation/common/problem.hpp"
 

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 #include "validation/common/model_check.hpp"
 #include "validation/cpu/oracle_test_support.hpp"

@@ -17,8 +17,8 @@
 
 #include "validation/common/compare.hpp"
 #include "validation/common/model_check.hpp"
-#include "reference_cpu/param_layout.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/param_layout.hpp"
+#include "core/storage.hpp"
 
 namespace mc::check {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <iostream>
 
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "validation/common/gradcheck.hpp"
 #include "validation/cpu/oracle_test_support.hpp"
 

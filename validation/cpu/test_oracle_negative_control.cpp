@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "validation/common/gradcheck.hpp"
 #include "validation/cpu/oracle_test_support.hpp"
 #include "reference_cpu/testing_faults.hpp"

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "validation/cpu/oracle_test_support.hpp"
 #include "reference_cpu/steps.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 #include "validation/common/compare.hpp"
 #include "validation/cpu/oracle_test_support.hpp"
 #include "reference_cpu/steps.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "validation/common/determinism.hpp"
 #include "validation/common/model_check.hpp"
 #include "gpu/pipeline.hpp"

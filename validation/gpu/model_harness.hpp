@@ -39,11 +39,11 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/model.hpp"
 #include "validation/common/model_check.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "validation/common/problem.hpp"
 
 namespace mc::testing {

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "validation/common/gpu_test.hpp"
 #include "validation/common/model_check.hpp"
 #include "gpu/pipeline.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "validation/common/gpu_test.hpp"
 #include "validation/gpu/model_harness.hpp"
 #include "gpu/pipeline.hpp"

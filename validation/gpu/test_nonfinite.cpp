@@ -32,14 +32,14 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "validation/common/gpu_test.hpp"
 #include "reference_cpu/model.hpp"
 #include "validation/common/model_check.hpp"
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "gpu/pipeline.hpp"
 #include "reference_cpu/steps.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc::testing {
 namespace {

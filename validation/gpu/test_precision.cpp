@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "validation/common/model_check.hpp"
 #include "gpu/pipeline.hpp"
 #include "validation/gpu/shape_generator.hpp"

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "validation/gpu/precision_harness.hpp"
 
 namespace mc::testing {

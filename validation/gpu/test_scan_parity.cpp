@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "validation/common/compare.hpp"
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 #include "kernels/cuda_check.hpp"
 #include "gpu/device_buffer.hpp"
 #include "validation/common/gpu_test.hpp"
@@ -51,7 +51,7 @@
 #include "kernels/scan.cuh"
 #include "kernels/scan_math.cuh"
 #include "reference_cpu/steps.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace {
 

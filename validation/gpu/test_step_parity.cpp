@@ -40,7 +40,7 @@
 #include "validation/common/problem.hpp"
 #include "kernels/reduce.cuh"
 #include "reference_cpu/steps.hpp"
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 
 namespace mc {
 

@@ -1,5 +1,5 @@
 // builtin_configs.cpp — the table of built-in named configs (see the header).
-#include "reference_cpu/builtin_configs.hpp"
+#include "core/builtin_configs.hpp"
 
 namespace mc::ref {
 

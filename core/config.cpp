@@ -1,5 +1,5 @@
 // config.cpp — validation and derived dimensions for ModelConfig (spec §1).
-#include "reference_cpu/config.hpp"
+#include "core/config.hpp"
 
 #include <sstream>
 

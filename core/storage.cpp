@@ -1,5 +1,5 @@
 // storage.cpp — f16 conversion with round-to-nearest-even (bf16 is inline).
-#include "reference_cpu/storage.hpp"
+#include "core/storage.hpp"
 
 namespace mc {
 

@@ -1,5 +1,5 @@
 // param_layout.cpp — arena offsets and spec §1.4 initialisation.
-#include "reference_cpu/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 #include <cmath>
 #include <stdexcept>
