@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 
 namespace mc::bench {
 

@@ -18,10 +18,10 @@
 #include "cli/args.hpp"
 #include "core/builtin_configs.hpp"
 #include "cli/commands.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 #include "cli/npy.hpp"
 #include "core/param_layout.hpp"
-#include "validation/common/report_json.hpp"
+#include "check/report_json.hpp"
 
 namespace mc::cli {
 

@@ -14,12 +14,12 @@
 #include "cli/args.hpp"
 #include "core/builtin_configs.hpp"
 #include "cli/commands.hpp"
-#include "validation/common/gradcheck.hpp"
+#include "check/gradcheck.hpp"
 #include "reference_cpu/model.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 #include "gpu/pipeline.hpp"
-#include "validation/common/problem.hpp"
-#include "validation/common/report_json.hpp"
+#include "check/problem.hpp"
+#include "check/report_json.hpp"
 
 namespace mc::cli {
 

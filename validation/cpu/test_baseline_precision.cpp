@@ -41,8 +41,8 @@
 
 #include "core/builtin_configs.hpp"
 #include "reference_cpu/mca_scalar.hpp"
-#include "validation/common/model_check.hpp"
-#include "validation/cpu/oracle_test_support.hpp"
+#include "check/model_check.hpp"
+#include "validation/support/oracle_test_support.hpp"
 
 namespace mc::testing {
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/compare.hpp"
+#include "check/model_check.hpp"
 #include "core/param_layout.hpp"
 #include "core/storage.hpp"
 

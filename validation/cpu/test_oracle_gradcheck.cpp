@@ -11,8 +11,8 @@
 #include <iostream>
 
 #include "core/builtin_configs.hpp"
-#include "validation/common/gradcheck.hpp"
-#include "validation/cpu/oracle_test_support.hpp"
+#include "check/gradcheck.hpp"
+#include "validation/support/oracle_test_support.hpp"
 
 namespace mc::testing {
 namespace {

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "core/builtin_configs.hpp"
-#include "validation/cpu/oracle_test_support.hpp"
+#include "validation/support/oracle_test_support.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 
 namespace mc::testing {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "core/builtin_configs.hpp"
-#include "validation/cpu/oracle_test_support.hpp"
+#include "validation/support/oracle_test_support.hpp"
 #include "reference_cpu/steps.hpp"
 
 namespace mc::testing {

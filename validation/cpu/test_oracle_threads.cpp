@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/builtin_configs.hpp"
-#include "validation/common/compare.hpp"
-#include "validation/cpu/oracle_test_support.hpp"
+#include "check/compare.hpp"
+#include "validation/support/oracle_test_support.hpp"
 #include "reference_cpu/steps.hpp"
 
 namespace mc::testing {

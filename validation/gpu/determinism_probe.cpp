@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/determinism.hpp"
-#include "validation/gpu/determinism_cases.hpp"
+#include "check/determinism.hpp"
+#include "validation/support/determinism_cases.hpp"
 #include "gpu/pipeline.hpp"
 
 namespace {

@@ -53,13 +53,13 @@
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
-#include "validation/common/determinism.hpp"
-#include "validation/gpu/determinism_cases.hpp"
-#include "validation/common/gpu_allocation.hpp"
-#include "validation/common/gpu_test.hpp"
+#include "check/determinism.hpp"
+#include "validation/support/determinism_cases.hpp"
+#include "check/gpu_allocation.hpp"
+#include "validation/support/gpu_test.hpp"
 #include "gpu/pipeline.hpp"
-#include "validation/common/problem.hpp"
-#include "validation/common/report_json.hpp"
+#include "check/problem.hpp"
+#include "check/report_json.hpp"
 #include "validation/gpu/testing_atomic_reduce.cuh"
 #include "validation/gpu/testing_busy_load.cuh"
 

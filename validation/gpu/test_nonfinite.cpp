@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "validation/common/gpu_test.hpp"
+#include "validation/support/gpu_test.hpp"
 #include "reference_cpu/model.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 #include "core/param_layout.hpp"
 #include "gpu/pipeline.hpp"
 #include "reference_cpu/steps.hpp"

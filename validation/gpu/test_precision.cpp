@@ -32,12 +32,12 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 #include "gpu/pipeline.hpp"
-#include "validation/gpu/shape_generator.hpp"
-#include "validation/gpu/precision_harness.hpp"
+#include "validation/support/shape_generator.hpp"
+#include "validation/support/precision_harness.hpp"
 
 namespace mc::testing {
 namespace {

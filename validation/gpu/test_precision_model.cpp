@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
-#include "validation/gpu/precision_harness.hpp"
+#include "validation/support/precision_harness.hpp"
 
 namespace mc::testing {
 namespace {

@@ -42,12 +42,12 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
 #include "kernels/cuda_check.hpp"
 #include "gpu/device_buffer.hpp"
-#include "validation/common/gpu_test.hpp"
-#include "validation/common/problem.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "check/problem.hpp"
 #include "kernels/scan.cuh"
 #include "kernels/scan_math.cuh"
 #include "reference_cpu/steps.hpp"

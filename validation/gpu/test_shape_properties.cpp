@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
-#include "validation/common/gpu_test.hpp"
-#include "validation/gpu/model_harness.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "validation/support/model_harness.hpp"
 #include "gpu/pipeline.hpp"
-#include "validation/gpu/shape_generator.hpp"
+#include "validation/support/shape_generator.hpp"
 
 namespace mc::testing {
 namespace {

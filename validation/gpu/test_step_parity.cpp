@@ -28,16 +28,16 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "kernels/conv.cuh"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_context.hpp"
 #include "kernels/elementwise.cuh"
 #include "gpu/gemm.hpp"
-#include "validation/common/gpu_test.hpp"
+#include "validation/support/gpu_test.hpp"
 #include "kernels/norm.cuh"
 #include "gpu/pipeline.hpp"
-#include "validation/common/problem.hpp"
+#include "check/problem.hpp"
 #include "kernels/reduce.cuh"
 #include "reference_cpu/steps.hpp"
 #include "core/storage.hpp"

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 
 namespace mc::report {
 

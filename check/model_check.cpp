@@ -1,6 +1,6 @@
 // model_check.cpp — O/P/K runs of one backbone problem and their per-tensor
 // k-rule comparison (see model_check.hpp).
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "reference_cpu/model.hpp"
 #include "core/param_layout.hpp"
-#include "validation/common/problem.hpp"
+#include "check/problem.hpp"
 #include "core/storage.hpp"
 
 namespace mc::check {

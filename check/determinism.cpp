@@ -1,6 +1,6 @@
 // determinism.cpp — named tensors of a Model run, FNV-1a manifests, the rerun
 // checker and the determinism rows of the validation JSON (determinism.hpp).
-#include "validation/common/determinism.hpp"
+#include "check/determinism.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -17,9 +17,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/param_layout.hpp"
-#include "validation/common/report_json.hpp"
+#include "check/report_json.hpp"
 
 namespace mc::check {
 

@@ -19,7 +19,7 @@
 
 #include "core/config.hpp"
 #include "reference_cpu/model.hpp"
-#include "validation/common/problem.hpp"
+#include "check/problem.hpp"
 
 namespace mc::testing {
 

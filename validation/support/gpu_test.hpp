@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "validation/common/gpu_allocation.hpp"
+#include "check/gpu_allocation.hpp"
 #include "gpu/pipeline.hpp"
 
 namespace mc::testing {

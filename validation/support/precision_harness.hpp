@@ -38,12 +38,12 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
-#include "validation/common/gpu_test.hpp"
-#include "validation/common/model_check.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "check/model_check.hpp"
 #include "gpu/pipeline.hpp"
-#include "validation/common/report_json.hpp"
+#include "check/report_json.hpp"
 
 namespace mc::testing {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
 #include "reference_cpu/model.hpp"
 #include "core/param_layout.hpp"

@@ -1,6 +1,6 @@
 // report_json.cpp — validation JSON encoding and the context block (see
 // report_json.hpp and reports/README.md for the schema).
-#include "validation/common/report_json.hpp"
+#include "check/report_json.hpp"
 
 #include <fcntl.h>
 #include <omp.h>

@@ -1,7 +1,7 @@
 // gradcheck.cpp — the directional finite-difference check and the
 // differentiable functions (backbone, layer, steps) it is applied to. The
 // tolerance model is documented in gradcheck.hpp.
-#include "validation/common/gradcheck.hpp"
+#include "check/gradcheck.hpp"
 
 #include <algorithm>
 #include <cmath>

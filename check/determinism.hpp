@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 #include "gpu/pipeline.hpp"
 
 namespace mc::check {

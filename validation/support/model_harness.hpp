@@ -38,13 +38,13 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 #include "core/config.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/model.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 #include "core/param_layout.hpp"
-#include "validation/common/problem.hpp"
+#include "check/problem.hpp"
 
 namespace mc::testing {
 

@@ -8,7 +8,7 @@
 // the distance is the absolute difference of those integers. It counts the
 // representable values between the two, across the zero/subnormal/normal
 // boundaries alike.
-#include "validation/common/compare.hpp"
+#include "check/compare.hpp"
 
 #include <algorithm>
 #include <cfloat>

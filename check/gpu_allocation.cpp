@@ -1,6 +1,6 @@
 // gpu_allocation.cpp — parsing of CTest's resource-allocation variables for
 // the GPU test fixture (gpu_allocation.hpp).
-#include "validation/common/gpu_allocation.hpp"
+#include "check/gpu_allocation.hpp"
 
 #include <cstdlib>
 #include <string>

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "validation/common/problem.hpp"
+#include "check/problem.hpp"
 
 namespace mc::check {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "validation/common/determinism.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/determinism.hpp"
+#include "check/model_check.hpp"
 #include "gpu/pipeline.hpp"
 
 namespace mc::testing::det {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "validation/common/model_check.hpp"
+#include "check/model_check.hpp"
 
 namespace mc::testing {
 

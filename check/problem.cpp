@@ -1,5 +1,5 @@
 // problem.cpp — deterministic test-problem generation (see problem.hpp).
-#include "validation/common/problem.hpp"
+#include "check/problem.hpp"
 
 #include <cmath>
 
