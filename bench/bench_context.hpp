@@ -13,7 +13,7 @@
 
 #include "bench/bench_flags.hpp"
 #include "bench/cuda_util.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::bench {
 

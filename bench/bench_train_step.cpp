@@ -39,7 +39,7 @@
 #include "kernels/cuda_check.hpp"
 #include "bench/cuda_util.hpp"
 #include "core/param_layout.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "bench/shard_launcher.hpp"
 
 namespace mc::bench {

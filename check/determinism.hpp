@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "check/model_check.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::check {
 

@@ -20,7 +20,7 @@
 #include "core/config.hpp"
 #include "reference_cpu/model.hpp"
 #include "core/param_layout.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "core/storage.hpp"
 
 namespace mc::check {

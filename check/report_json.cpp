@@ -16,7 +16,7 @@
 #include <stdexcept>
 
 #include "generated/build_info.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::report {
 

@@ -5,7 +5,7 @@
 #include "cli/args.hpp"
 #include "core/builtin_configs.hpp"
 #include "cli/commands.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::cli {
 

@@ -17,7 +17,7 @@
 #include "check/gradcheck.hpp"
 #include "reference_cpu/model.hpp"
 #include "check/model_check.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "check/problem.hpp"
 #include "check/report_json.hpp"
 

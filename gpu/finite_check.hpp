@@ -15,7 +15,7 @@
 #include <string>
 
 #include "gpu/device_buffer.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::gpu {
 

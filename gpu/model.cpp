@@ -1,4 +1,4 @@
-// model.cpp — mc::gpu::Model (pipeline.hpp): validation of config, shape and
+// model.cpp — mc::gpu::Model (model.hpp): validation of config, shape and
 // host vector sizes, then delegation to the storage-type pipeline chosen at
 // construction from RunOptions::dtype.
 #include <sstream>

@@ -34,7 +34,7 @@
 #include "gpu/finite_check.hpp"
 #include "gpu/gemm.hpp"
 #include "core/param_layout.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "kernels/scan.cuh"
 
 namespace mc::gpu {

@@ -17,7 +17,7 @@
 
 #include "check/determinism.hpp"
 #include "validation/support/determinism_cases.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace {
 

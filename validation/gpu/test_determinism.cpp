@@ -57,7 +57,7 @@
 #include "validation/support/determinism_cases.hpp"
 #include "check/gpu_allocation.hpp"
 #include "validation/support/gpu_test.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "check/problem.hpp"
 #include "check/report_json.hpp"
 #include "validation/gpu/testing_atomic_reduce.cuh"

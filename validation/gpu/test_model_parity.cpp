@@ -20,7 +20,7 @@
 #include "core/config.hpp"
 #include "validation/support/gpu_test.hpp"
 #include "validation/support/model_harness.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::testing {
 namespace {

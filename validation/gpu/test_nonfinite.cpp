@@ -37,7 +37,7 @@
 #include "reference_cpu/model.hpp"
 #include "check/model_check.hpp"
 #include "core/param_layout.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "reference_cpu/steps.hpp"
 #include "core/storage.hpp"
 

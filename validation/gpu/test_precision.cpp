@@ -35,7 +35,7 @@
 #include "check/compare.hpp"
 #include "core/config.hpp"
 #include "check/model_check.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "validation/support/shape_generator.hpp"
 #include "validation/support/precision_harness.hpp"
 

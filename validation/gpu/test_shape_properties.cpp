@@ -30,7 +30,7 @@
 #include "core/config.hpp"
 #include "validation/support/gpu_test.hpp"
 #include "validation/support/model_harness.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "validation/support/shape_generator.hpp"
 
 namespace mc::testing {

@@ -36,7 +36,7 @@
 #include "gpu/gemm.hpp"
 #include "validation/support/gpu_test.hpp"
 #include "kernels/norm.cuh"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "check/problem.hpp"
 #include "kernels/reduce.cuh"
 #include "reference_cpu/steps.hpp"

@@ -15,7 +15,7 @@
 #include "core/config.hpp"
 #include "check/determinism.hpp"
 #include "check/model_check.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::testing::det {
 

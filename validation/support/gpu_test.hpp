@@ -12,7 +12,7 @@
 #include <string>
 
 #include "check/gpu_allocation.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::testing {
 

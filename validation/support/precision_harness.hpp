@@ -42,7 +42,7 @@
 #include "core/config.hpp"
 #include "validation/support/gpu_test.hpp"
 #include "check/model_check.hpp"
-#include "gpu/pipeline.hpp"
+#include "gpu/model.hpp"
 #include "check/report_json.hpp"
 
 namespace mc::testing {

@@ -1,4 +1,4 @@
-// pipeline.hpp — the public host API of the GPU Mamba-1 pipeline: device
+// model.hpp — the public host API of the GPU Mamba-1 pipeline: device
 // discovery, and a Model that owns device weights, gradients, recurrent state
 // and saved activations for one (config, B, T, options) and runs the backbone
 // forward, backward and the target forward (spec §3–§4, §6).
