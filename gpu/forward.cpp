@@ -12,7 +12,7 @@
 #include "kernels/conv.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
-#include "gpu/pipeline_impl.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::gpu {
 

@@ -3,7 +3,7 @@
 // construction from RunOptions::dtype.
 #include <sstream>
 
-#include "gpu/pipeline_impl.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::gpu {
 

@@ -1,4 +1,4 @@
-// buffers.cpp — Pipeline<T> construction (the buffer plan of pipeline_impl.hpp,
+// pipeline.cpp — Pipeline<T> construction (the buffer plan of pipeline.hpp,
 // allocated in one checked step), parameter/state/input upload and download,
 // the lazily allocated target buffers, and make_pipeline (runtime dtype ->
 // storage type). Explicit instantiations for float, __nv_bfloat16, __half.
@@ -13,7 +13,7 @@
 #include "kernels/conv.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
-#include "gpu/pipeline_impl.hpp"
+#include "gpu/pipeline.hpp"
 #include "kernels/reduce.cuh"
 
 namespace mc::gpu {

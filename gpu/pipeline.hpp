@@ -1,4 +1,4 @@
-// pipeline_impl.hpp — the templated GPU pipeline behind mc::gpu::Model: one
+// pipeline.hpp — the templated GPU pipeline behind mc::gpu::Model: one
 // implementation over the storage type T (float = the pure f32 path,
 // __nv_bfloat16 / __half = the mixed path of spec §6), chosen at run time
 // from RunOptions::dtype by make_pipeline. Internal to gpu/.
@@ -121,7 +121,7 @@ class Pipeline final : public PipelineBase {
   LayerActs<T> saved(int l);
   // backward.cpp
   void layer_backward(int l, float* dH);
-  // buffers.cpp
+  // pipeline.cpp
   void ensure_target_buffers();
   void check_external_inputs_forward();
 
