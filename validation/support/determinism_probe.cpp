@@ -5,6 +5,8 @@
 // final state and gradient, plus (optionally) the raw values so that the
 // parent can name the first differing index and its ULP distance.
 // Not a gtest program: nothing it prints can look like a gtest verdict.
+// test_determinism_tools.cpp (ChildProcess.*, label cpu) also runs it, on a bad
+// command line only (exit 2 before any device call), to check the child runner.
 //
 // usage: determinism_probe --manifest FILE [--data FILE] [--device N] [--route NAME]...
 //   --route  restrict to these routes (names as "f32/parallel/ds16"; default all)
