@@ -427,6 +427,9 @@ std::string to_json_line(const DeterminismRow& r) {
 
 namespace {
 
+// Part of the file format (a file without this tag is never overwritten), so
+// it keeps the path this writer had when the format was defined: files written
+// before the move to check/ stay mergeable.
 constexpr const char* kWriterTag = "\"writer\": \"mambacheck determinism (validation/common/determinism.cpp)\"";
 constexpr const char* kRowPrefix = "{\"id\": \"";
 
