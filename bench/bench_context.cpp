@@ -1,6 +1,6 @@
 // bench_context.cpp — device start-up and the JSON context of every benchmark
 // run (bench_context.hpp).
-#include "bench_context.hpp"
+#include "bench/bench_context.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <sstream>
 
-#include "build_info.hpp"
-#include "config.hpp"
-#include "cuda_check.hpp"
+#include "generated/build_info.hpp"
+#include "core/config.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mc::bench {
 

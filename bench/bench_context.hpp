@@ -11,9 +11,9 @@
 
 #include <string>
 
-#include "bench_flags.hpp"
-#include "cuda_util.hpp"
-#include "pipeline.hpp"
+#include "bench/bench_flags.hpp"
+#include "bench/cuda_util.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::bench {
 

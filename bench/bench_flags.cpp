@@ -1,11 +1,11 @@
 // bench_flags.cpp — parsing of the benchmark programs' project flags
 // (bench_flags.hpp).
-#include "bench_flags.hpp"
+#include "bench/bench_flags.hpp"
 
 #include <cstdlib>
 #include <sstream>
 
-#include "config.hpp"
+#include "core/config.hpp"
 
 namespace mc::bench {
 

@@ -37,17 +37,17 @@
 #include <string>
 #include <vector>
 
-#include "bench_context.hpp"
-#include "timed_loop.hpp"
-#include "bench_flags.hpp"
-#include "config.hpp"
-#include "cuda_check.hpp"
-#include "cuda_util.hpp"
-#include "device_fill.cuh"
-#include "scan.cuh"
-#include "scan_sanity.hpp"
-#include "shard_launcher.hpp"
-#include "storage.hpp"
+#include "bench/bench_context.hpp"
+#include "bench/timed_loop.hpp"
+#include "bench/bench_flags.hpp"
+#include "core/config.hpp"
+#include "kernels/cuda_check.hpp"
+#include "bench/cuda_util.hpp"
+#include "bench/device_fill.cuh"
+#include "kernels/scan.cuh"
+#include "bench/scan_sanity.hpp"
+#include "bench/shard_launcher.hpp"
+#include "core/storage.hpp"
 
 namespace mc::bench {
 namespace {

@@ -32,15 +32,15 @@
 #include <string>
 #include <vector>
 
-#include "bench_context.hpp"
-#include "timed_loop.hpp"
-#include "bench_flags.hpp"
-#include "config.hpp"
-#include "cuda_check.hpp"
-#include "cuda_util.hpp"
-#include "param_layout.hpp"
-#include "pipeline.hpp"
-#include "shard_launcher.hpp"
+#include "bench/bench_context.hpp"
+#include "bench/timed_loop.hpp"
+#include "bench/bench_flags.hpp"
+#include "core/config.hpp"
+#include "kernels/cuda_check.hpp"
+#include "bench/cuda_util.hpp"
+#include "core/param_layout.hpp"
+#include "gpu/model.hpp"
+#include "bench/shard_launcher.hpp"
 
 namespace mc::bench {
 namespace {

@@ -1,12 +1,12 @@
 // cuda_util.cpp — implementation of the benchmark CUDA helpers (cuda_util.hpp).
-#include "cuda_util.hpp"
+#include "bench/cuda_util.hpp"
 
 #include <algorithm>
 #include <sstream>
 #include <utility>
 #include <vector>
 
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mc::bench {
 

@@ -2,10 +2,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda_check.hpp"
-#include "cuda_util.hpp"
-#include "device_fill.cuh"
-#include "typed.cuh"
+#include "kernels/cuda_check.hpp"
+#include "bench/cuda_util.hpp"
+#include "bench/device_fill.cuh"
+#include "kernels/typed.cuh"
 
 namespace mc::bench {
 namespace {

@@ -1,12 +1,12 @@
 // scan_sanity.cpp — one-channel f64 scan with forward error bounds, and the
 // comparison that turns it into bench_scan's "verified" counter
 // (scan_sanity.hpp has the error model).
-#include "scan_sanity.hpp"
+#include "bench/scan_sanity.hpp"
 
 #include <cmath>
 #include <sstream>
 
-#include "compare.hpp"
+#include "check/compare.hpp"
 
 namespace mc::bench {
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "core/config.hpp"
 
 namespace mc::bench {
 

@@ -1,6 +1,6 @@
 // shard_launcher.cpp — one child process per device (shard_launcher.hpp),
 // started with fork + execv of /proc/self/exe.
-#include "shard_launcher.hpp"
+#include "bench/shard_launcher.hpp"
 
 #include <fcntl.h>
 #include <sys/wait.h>

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "bench_flags.hpp"
+#include "bench/bench_flags.hpp"
 
 namespace mc::bench {
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "scan_sanity.hpp"
-#include "storage.hpp"
+#include "bench/scan_sanity.hpp"
+#include "core/storage.hpp"
 
 namespace mc::bench {
 namespace {

@@ -9,7 +9,7 @@
 #include <exception>
 #include <string>
 
-#include "cuda_util.hpp"
+#include "bench/cuda_util.hpp"
 
 namespace mc::bench {
 

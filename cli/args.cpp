@@ -1,5 +1,5 @@
 // args.cpp — implementation of the mambacheck option parser.
-#include "args.hpp"
+#include "cli/args.hpp"
 
 #include <algorithm>
 

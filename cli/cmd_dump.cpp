@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
-#include "builtin_configs.hpp"
-#include "commands.hpp"
-#include "model_check.hpp"
-#include "npy.hpp"
-#include "param_layout.hpp"
-#include "report_json.hpp"
+#include "cli/args.hpp"
+#include "core/builtin_configs.hpp"
+#include "cli/commands.hpp"
+#include "check/model_check.hpp"
+#include "cli/npy.hpp"
+#include "core/param_layout.hpp"
+#include "check/report_json.hpp"
 
 namespace mc::cli {
 

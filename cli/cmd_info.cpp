@@ -2,10 +2,10 @@
 // `mambacheck devices` (the CUDA devices this build can use).
 #include <cstdio>
 
-#include "args.hpp"
-#include "builtin_configs.hpp"
-#include "commands.hpp"
-#include "pipeline.hpp"
+#include "cli/args.hpp"
+#include "core/builtin_configs.hpp"
+#include "cli/commands.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::cli {
 

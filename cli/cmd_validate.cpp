@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
-#include "builtin_configs.hpp"
-#include "commands.hpp"
-#include "gradcheck.hpp"
-#include "model.hpp"
-#include "model_check.hpp"
-#include "pipeline.hpp"
-#include "problem.hpp"
-#include "report_json.hpp"
+#include "cli/args.hpp"
+#include "core/builtin_configs.hpp"
+#include "cli/commands.hpp"
+#include "check/gradcheck.hpp"
+#include "reference_cpu/model.hpp"
+#include "check/model_check.hpp"
+#include "gpu/model.hpp"
+#include "check/problem.hpp"
+#include "check/report_json.hpp"
 
 namespace mc::cli {
 

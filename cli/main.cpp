@@ -7,9 +7,9 @@
 #include <exception>
 #include <string>
 
-#include "args.hpp"
-#include "commands.hpp"
-#include "config.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "core/config.hpp"
 
 namespace {
 

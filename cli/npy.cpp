@@ -1,5 +1,5 @@
 // npy.cpp — .npy v1.0 writer (header padded to a multiple of 64 bytes).
-#include "npy.hpp"
+#include "cli/npy.hpp"
 
 #include <cstdio>
 #include <fstream>

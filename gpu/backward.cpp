@@ -9,11 +9,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "conv.cuh"
-#include "elementwise.cuh"
-#include "norm.cuh"
-#include "pipeline_impl.hpp"
-#include "reduce.cuh"
+#include "kernels/conv.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/norm.cuh"
+#include "gpu/pipeline.hpp"
+#include "kernels/reduce.cuh"
 
 namespace mc::gpu {
 
@@ -36,7 +36,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
-  // Buffers with disjoint lifetimes (pipeline_impl.hpp):
+  // Buffers with disjoint lifetimes (pipeline.hpp):
   T* dG = buf_a_.get();         // B1 -> B2
   T* d_delta = buf_a_.get();    // B3 -> B4
   T* dU_x = buf_a_.get();       // B5

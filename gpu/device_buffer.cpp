@@ -1,6 +1,6 @@
 // device_buffer.cpp — allocation with descriptive out-of-memory errors and the
 // two-phase BufferPlan of device_buffer.hpp.
-#include "device_buffer.hpp"
+#include "gpu/device_buffer.hpp"
 
 #include <algorithm>
 #include <sstream>

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mc::gpu {
 

@@ -1,6 +1,6 @@
 // device_context.cpp — device discovery (gpu_available, device_count,
 // device_info), cuBLAS error checking and the DeviceContext of a Model.
-#include "device_context.hpp"
+#include "gpu/device_context.hpp"
 
 #include <atomic>
 #include <sstream>

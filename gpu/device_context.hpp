@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "device_buffer.hpp"
-#include "pipeline.hpp"
+#include "gpu/device_buffer.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::gpu {
 

@@ -1,5 +1,5 @@
 // finite_check.cpp — NonFiniteError construction for FiniteChecker.
-#include "finite_check.hpp"
+#include "gpu/finite_check.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "reduce.cuh"
+#include "kernels/reduce.cuh"
 
 namespace mc::gpu {
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <string>
 
-#include "device_buffer.hpp"
-#include "pipeline.hpp"
+#include "gpu/device_buffer.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::gpu {
 

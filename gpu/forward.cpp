@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "conv.cuh"
-#include "elementwise.cuh"
-#include "norm.cuh"
-#include "pipeline_impl.hpp"
+#include "kernels/conv.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/norm.cuh"
+#include "gpu/pipeline.hpp"
 
 namespace mc::gpu {
 

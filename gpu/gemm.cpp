@@ -2,7 +2,7 @@
 // problem C[M,N] = A[M,K]·B[K,N] is issued as the column-major Cᵀ = Bᵀ·Aᵀ
 // (spec §2.2): a row-major [r, c] tensor with row stride ld is a column-major
 // c×r matrix with leading dimension ld.
-#include "gemm.hpp"
+#include "gpu/gemm.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "device_context.hpp"
+#include "gpu/device_context.hpp"
 
 namespace mc::gpu {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::gpu {
 

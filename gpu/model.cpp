@@ -1,9 +1,9 @@
-// model.cpp — mc::gpu::Model (pipeline.hpp): validation of config, shape and
+// model.cpp — mc::gpu::Model (model.hpp): validation of config, shape and
 // host vector sizes, then delegation to the storage-type pipeline chosen at
 // construction from RunOptions::dtype.
 #include <sstream>
 
-#include "pipeline_impl.hpp"
+#include "gpu/pipeline.hpp"
 
 namespace mc::gpu {
 

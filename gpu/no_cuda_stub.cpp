@@ -1,8 +1,8 @@
-// no_cuda_stub.cpp — the GPU API of pipeline.hpp for builds without a CUDA
+// no_cuda_stub.cpp — the GPU API of model.hpp for builds without a CUDA
 // toolkit: gpu_available() says so, and constructing a Model throws
 // (ConfigError for a bad config or shape, exactly as the CUDA build, else
 // GpuUnavailable).
-#include "pipeline.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::gpu {
 

@@ -1,133 +1,196 @@
-// pipeline.hpp — the public host API of the GPU Mamba-1 pipeline: device
-// discovery, and a Model that owns device weights, gradients, recurrent state
-// and saved activations for one (config, B, T, options) and runs the backbone
-// forward, backward and the target forward (spec §3–§4, §6).
+// pipeline.hpp — the templated GPU pipeline behind mc::gpu::Model: one
+// implementation over the storage type T (float = the pure f32 path,
+// __nv_bfloat16 / __half = the mixed path of spec §6), chosen at run time
+// from RunOptions::dtype by make_pipeline. Internal to gpu/.
 //
-// This header has no CUDA types, so the CLI and tests compile against it on
-// machines without a toolkit; there gpu_available() says why not and every
-// Model constructor throws GpuUnavailable.
+// Buffer plan (R = B·T rows; "T" = storage type, f32 otherwise):
+//   parameters   params, grads [total] f32; a_neg [L, di, ds] f32; typed compute
+//                copy of the whole arena [total] T (typed path only; only the
+//                GEMM weights are read from it)
+//   state        conv [L, B, di, dc], ssm [L, B, di, ds] f32 (persistent, carried);
+//                d_conv0 / d_ssm0 of the same shapes when state_grads
+//   saved        hs [L+1, R, dm] f32 (hs[l] = layer l's input H_l, hs[L] = norm_f input Z),
+//                rms [L, R] f32, windows [L, B, T, di, dc] f32, h_saved [L, B, T+1, di, ds] f32,
+//                rms_f [R] f32; post_norm [L, R, dm] T, z, gs, pc, u, delta_raw, delta, y,
+//                gated [L, R, di] T, xdbl [L, R, xd] T; x_typed [R, mid] T (typed path)
+//   fwd scratch  proj [R, 2di] T (in_proj output P, reused as dP in backward),
+//                xb [R, di] T, acc [R, di] f32 (dt_proj GEMM result), o [R, dm] T
+//   bwd scratch  dH, dx_norm [R, dm] f32; dH_typed, dN [R, dm] T; four [R, di] T
+//                buffers with disjoint lifetimes: a = dG -> d_delta -> dU_x,
+//                b = dY -> d_delta_raw -> dxb, dz, du; d_dt_in [R, dr] T;
+//                dxdbl [R, xd] T; dB, dC [R, ds] f32; reduction and scan scratch
+//   target       allocated on first use: its own input, layer activations (one
+//                layer's worth, nosave), zero state and output
+// Everything that mamba-rs keeps f32 in its mixed path stays f32 here too
+// (residual stream, states, windows, h_saved, rms, master weights, grads).
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
-#include <string>
-#include <vector>
+#include <type_traits>
 
-#include "config.hpp"
+#include "gpu/device_buffer.hpp"
+#include "gpu/device_context.hpp"
+#include "gpu/finite_check.hpp"
+#include "gpu/gemm.hpp"
+#include "core/param_layout.hpp"
+#include "gpu/model.hpp"
+#include "kernels/scan.cuh"
 
 namespace mc::gpu {
 
-class GpuUnavailable : public std::runtime_error {
+// What Model needs from a pipeline, independent of the storage type.
+class PipelineBase {
  public:
-  using std::runtime_error::runtime_error;
+  virtual ~PipelineBase() = default;
+  virtual void set_params(const float* host) = 0;               // [total]
+  virtual void set_state(const float* conv, const float* ssm) = 0;
+  virtual void reset_state() = 0;
+  virtual void get_state(float* conv, float* ssm) = 0;
+  virtual void upload_input(const float* X) = 0;                // [R, mid]
+  virtual void upload_d_out(const float* d_out) = 0;            // [R, dm]
+  virtual void forward() = 0;                                   // enqueue only
+  virtual void download_output(float* out) = 0;                 // [R, dm]
+  virtual void backward(bool want_d_input) = 0;                 // enqueue only
+  virtual void download_grads(float* grads) = 0;                // [total]
+  virtual void download_state_grads(float* d_conv0, float* d_ssm0) = 0;
+  virtual void download_d_input(float* d_input) = 0;            // [R, mid]
+  virtual void target_forward(const float* X, float* target) = 0;  // [R, mid] -> [B, dm]
+  virtual bool has_forward() const = 0;
+  virtual int64_t bytes_allocated() const = 0;
 };
 
-// True when a CUDA device can be used. Otherwise *reason (if non-null) says
-// why, e.g. "no CUDA device: cudaErrorNoDevice (no CUDA-capable device is
-// detected)" or "built without CUDA". Cached; safe to call anywhere.
-bool gpu_available(std::string* reason = nullptr);
-int device_count();
+std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const ParamLayout& lay,
+                                            int64_t B, int64_t T, const RunOptions& opt);
 
-// What a bitwise claim depends on (recorded in every report).
-struct DeviceInfo {
-  int index = 0;
-  std::string name;
-  int cc_major = 0, cc_minor = 0;
-  int sm_count = 0;
-  int64_t total_mem_bytes = 0;
-  int driver_version = 0;   // cudaDriverGetVersion
-  int runtime_version = 0;  // cudaRuntimeGetVersion
-  int cublas_version = 0;   // cublasGetVersion
-  int mem_clock_khz = 0, mem_bus_width_bits = 0, sm_clock_khz = 0;
-  std::string to_string() const;  // one line, e.g. for test summaries
-};
-DeviceInfo device_info(int device = 0);
-
-// Makes `device` current for the calling thread (cudaSetDevice) and the
-// default of RunOptions::device for every Model constructed afterwards, so
-// a test process that CTest assigned to GPU k runs there (issue 5, multi-GPU).
-// ConfigError naming the index and the number of visible devices when it is
-// out of range; GpuUnavailable without a device.
-void select_device(int device);
-// The device last passed to select_device (0 until then).
-int default_device();
-
-// How f32 GEMMs run. TF32 is an explicit opt-in and is recorded in every
-// report; typed (bf16/f16) GEMMs always use CUBLAS_COMPUTE_32F_PEDANTIC.
-enum class GemmMath { F32, TF32 };
-const char* to_string(GemmMath g);
-
-struct RunOptions {
-  DType dtype = DType::F32;        // storage dtype of the typed activations
-  ScanMode scan = ScanMode::Auto;  // spec §1.3 (ds > 64 always parallel)
-  GemmMath gemm = GemmMath::F32;
-  bool state_grads = false;        // compute ∂L/∂(initial conv/SSM state)
-  bool check_finite = false;       // scan every step's outputs for NaN/Inf
-  int device = default_device();  // 0 unless select_device() chose another
+// Raw pointers to one layer's activations (saved, or the target's nosave set
+// where windows / pc / h_saved are nullptr).
+template <class T>
+struct LayerActs {
+  float* rms;       // [R]
+  T* post_norm;     // [R, dm]
+  T* z;             // [R, di]
+  T* gs;            // [R, di]
+  float* windows;   // [B, T, di, dc]   (nullptr = not saved)
+  T* pc;            // [R, di]          (nullptr = not saved)
+  T* u;             // [R, di]
+  T* xdbl;          // [R, xd]
+  T* delta_raw;     // [R, di]
+  T* delta;         // [R, di]
+  float* h_saved;   // [B, T+1, di, ds] (nullptr = not saved)
+  T* y;             // [R, di]
+  T* gated;         // [R, di]
 };
 
-// Thrown by check_finite runs: names the step, tensor and first bad index.
-class NonFiniteError : public std::runtime_error {
+// Target forward buffers (allocated on first use). The pure scratch of the
+// training forward (proj, xb, acc, o) is shared; everything else is separate,
+// so a target forward never clobbers the training forward's saved activations,
+// input or state.
+template <class T>
+struct TargetBuffers {
+  DeviceBuffer<float> x, cur, rms, conv, ssm, target;  // [R,mid] [R,dm] [R] [L,B,di,dc] [L,B,di,ds] [B,dm]
+  DeviceBuffer<T> x_typed, post_norm, z, gs, u, delta_raw, delta, y, gated, xdbl, out;
+};
+
+template <class T>
+class Pipeline final : public PipelineBase {
  public:
-  NonFiniteError(const std::string& msg, std::string step, std::string tensor, int64_t index,
-                 bool overflow)
-      : std::runtime_error(msg), step(std::move(step)), tensor(std::move(tensor)), index(index),
-        overflow(overflow) {}
-  std::string step, tensor;
-  int64_t index;
-  bool overflow;  // true when a finite input overflowed the storage dtype (f16)
-};
+  Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t B, int64_t T_len,
+           const RunOptions& opt);
 
-class Model {
- public:
-  // Validates config and shape (ConfigError naming field, value, limit) and
-  // allocates everything (an OOM error says how many bytes were requested).
-  Model(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt);
-  ~Model();
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
-
-  const Dims& dims() const;
-  int64_t batch() const;
-  int64_t seq_len() const;
-  const RunOptions& options() const;
-  bool uses_parallel_scan() const;
-
-  // Parameters: f32 arena in ParamLayout order ([total]); typed compute copies
-  // and a_neg are refreshed from it.
-  void set_params(const std::vector<float>& host);
-  // Recurrent state: conv [L, B, di, dc], ssm [L, B, di, ds] (f32).
-  void set_state(const std::vector<float>& conv, const std::vector<float>& ssm);
-  void reset_state();
-  void get_state(std::vector<float>& conv, std::vector<float>& ssm) const;
-
-  // Training forward: X [B*T, mid] -> out [B*T, dm]; saves activations;
-  // carries the recurrent state (read as initial, written as final).
-  void forward(const std::vector<float>& X, std::vector<float>& out);
-  // Backward of the last forward: d_out [B*T, dm] -> grads [total] (zeroed
-  // first, then accumulated), and if RunOptions::state_grads, d_conv0
-  // [L, B, di, dc] and d_ssm0 [L, B, di, ds]. d_input (optional, [B*T, mid]).
-  void backward(const std::vector<float>& d_out, std::vector<float>& grads,
-                std::vector<float>* d_conv0 = nullptr, std::vector<float>* d_ssm0 = nullptr,
-                std::vector<float>* d_input = nullptr);
-  // Target burn-in nosave forward from zero state: X [B*T, mid] -> [B, dm].
-  void target_forward(const std::vector<float>& X, std::vector<float>& target);
-
-  // Device-resident variants for benchmarks: inputs uploaded once, no host
-  // copies; enqueue on the model's stream and return without synchronising.
-  void upload_input(const std::vector<float>& X);
-  void upload_d_out(const std::vector<float>& d_out);
-  void forward_device();
-  void backward_device();
-  void synchronize();
-  void* stream_handle();  // cudaStream_t
-  int64_t device_bytes_allocated() const;
-
-  struct Impl;
+  void set_params(const float* host) override;
+  void set_state(const float* conv, const float* ssm) override;
+  void reset_state() override;
+  void get_state(float* conv, float* ssm) override;
+  void upload_input(const float* X) override;
+  void upload_d_out(const float* d_out) override;
+  void forward() override;
+  void download_output(float* out) override;
+  void backward(bool want_d_input) override;
+  void download_grads(float* grads) override;
+  void download_state_grads(float* d_conv0, float* d_ssm0) override;
+  void download_d_input(float* d_input) override;
+  void target_forward(const float* X, float* target) override;
+  bool has_forward() const override { return have_forward_; }
+  int64_t bytes_allocated() const override { return bytes_; }
 
  private:
-  std::unique_ptr<Impl> impl_;
+  // forward.cpp
+  void layer_forward(int l, const LayerActs<T>& a, const float* H, float* H_next,
+                     float* conv_state, float* ssm_state);
+  LayerActs<T> saved(int l);
+  // backward.cpp
+  void layer_backward(int l, float* dH);
+  // pipeline.cpp
+  void ensure_target_buffers();
+  void check_external_inputs_forward();
+
+  // Parameter views.
+  const float* p(int64_t off) const { return params_.get() + off; }
+  float* g(int64_t off) { return grads_.get() + off; }
+  const T* w(int64_t off) const;           // typed compute copy of a GEMM weight
+  const float* a_neg(int l) const { return a_neg_.get() + int64_t(l) * d_.di * d_.ds; }
+  const T* x_typed() const;                // the (typed) input of input_proj
+  T* out_typed();                          // norm_f output
+  const T* typed_copy_of_dH();             // B0: q(dH) (the f32 dH itself for float)
+  float* conv_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.dc; }
+  float* ssm_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.ds; }
+  float* hs(int l) const { return hs_.get() + int64_t(l) * R_ * d_.dm; }
+
+  cudaStream_t stream() const { return ctx_.stream(); }
+
+  const DeviceContext& ctx_;
+  const ParamLayout lay_;
+  const Dims d_;
+  const int64_t B_, T_, R_;
+  const RunOptions opt_;
+  const bool parallel_;
+  const kern::ScanShape scan_shape_;
+  const Gemm gemm_;
+  FiniteChecker fc_;
+  int64_t bytes_ = 0;
+  bool have_params_ = false;
+  bool have_forward_ = false;
+  bool have_d_input_ = false;
+
+  // parameters
+  DeviceBuffer<float> params_, grads_, a_neg_;
+  DeviceBuffer<T> wtyped_;
+  // recurrent state
+  DeviceBuffer<float> conv_state_, ssm_state_, d_conv0_, d_ssm0_;
+  // input / output
+  DeviceBuffer<float> x_, d_out_, out_, d_input_;
+  DeviceBuffer<T> x_typed_, out_typed_;
+  // saved activations
+  DeviceBuffer<float> hs_, rms_, windows_, h_saved_, rms_f_;
+  DeviceBuffer<T> post_norm_, z_, gs_, pc_, u_, delta_raw_, delta_, y_, gated_, xdbl_;
+  // forward scratch
+  DeviceBuffer<T> proj_, xb_, o_;
+  DeviceBuffer<float> acc_;
+  // backward scratch
+  DeviceBuffer<float> dH_, dx_norm_, dB_, dC_, reduce_scratch_;
+  DeviceBuffer<unsigned char> scan_scratch_;
+  DeviceBuffer<T> dH_typed_, dN_, buf_a_, buf_b_, dz_, du_, d_dt_in_, dxdbl_;
+  // target forward (lazy)
+  std::unique_ptr<TargetBuffers<T>> tgt_;
 };
+
+template <class T>
+const T* Pipeline<T>::w(int64_t off) const {
+  if constexpr (std::is_same<T, float>::value) return params_.get() + off;
+  else return wtyped_.get() + off;
+}
+
+template <class T>
+const T* Pipeline<T>::x_typed() const {
+  if constexpr (std::is_same<T, float>::value) return x_.get();
+  else return x_typed_.get();
+}
+
+template <class T>
+T* Pipeline<T>::out_typed() {
+  if constexpr (std::is_same<T, float>::value) return out_.get();
+  else return out_typed_.get();
+}
 
 }  // namespace mc::gpu

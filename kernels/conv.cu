@@ -2,12 +2,12 @@
 // Register windows are unrolled to kMaxDConv with guards on the runtime dc, so
 // one kernel serves every dc in 1..8 without local-memory arrays.
 // Explicit instantiations for float, __nv_bfloat16 and __half.
-#include "conv.cuh"
+#include "kernels/conv.cuh"
 
-#include "cuda_check.hpp"
-#include "launch_args.hpp"
-#include "reduce.cuh"
-#include "typed.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/launch_args.hpp"
+#include "kernels/reduce.cuh"
+#include "kernels/typed.cuh"
 
 namespace mc::kern {
 

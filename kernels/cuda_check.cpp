@@ -1,5 +1,5 @@
 // cuda_check.cpp — message formatting and launch checking for cuda_check.hpp.
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 #include <cstdlib>
 #include <sstream>

@@ -1,11 +1,11 @@
 // elementwise.cu — kernels and launchers of elementwise.cuh. Every kernel is
 // a 64-bit grid-stride loop over independent outputs (1-D geometry of
 // launch_args.hpp). Explicit instantiations for float, __nv_bfloat16, __half.
-#include "elementwise.cuh"
+#include "kernels/elementwise.cuh"
 
-#include "cuda_check.hpp"
-#include "launch_args.hpp"
-#include "typed.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/launch_args.hpp"
+#include "kernels/typed.cuh"
 
 namespace mc::kern {
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "config.hpp"
+#include "core/config.hpp"
 
 namespace mc::kern {
 

@@ -1,11 +1,11 @@
 // norm.cu — RMSNorm forward/backward kernels and launchers of norm.cuh.
 // Explicit instantiations for float, __nv_bfloat16 and __half.
-#include "norm.cuh"
+#include "kernels/norm.cuh"
 
-#include "cuda_check.hpp"
-#include "launch_args.hpp"
-#include "reduce.cuh"
-#include "typed.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/launch_args.hpp"
+#include "kernels/reduce.cuh"
+#include "kernels/typed.cuh"
 
 namespace mc::kern {
 

@@ -1,13 +1,13 @@
 // reduce.cu — fixed-order column sums (reduce_sum_axis0, bias gradients) and
 // the first-non-finite scanner of reduce.cuh. Explicit instantiations for
 // float, __nv_bfloat16 and __half.
-#include "reduce.cuh"
+#include "kernels/reduce.cuh"
 
 #include <climits>
 
-#include "cuda_check.hpp"
-#include "launch_args.hpp"
-#include "typed.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/launch_args.hpp"
+#include "kernels/typed.cuh"
 
 namespace mc::kern {
 

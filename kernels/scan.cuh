@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "config.hpp"
+#include "core/config.hpp"
 
 namespace mc::kern {
 

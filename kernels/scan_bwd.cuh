@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "cuda_check.hpp"
-#include "scan_bwd_kernels.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/scan_bwd_kernels.cuh"
 
 namespace mc::kern::scan_detail {
 

@@ -1,6 +1,6 @@
 // scan_bwd_bf16.cu — explicit instantiation of the backward selective scan for
 // __nv_bfloat16 storage (one TU per dtype so nvcc compiles them in parallel).
-#include "scan_bwd.cuh"
+#include "kernels/scan_bwd.cuh"
 
 namespace mc::kern {
 using T = __nv_bfloat16;

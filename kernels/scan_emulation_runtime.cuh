@@ -9,9 +9,8 @@
 // shows that no result depends on the order of threads between barriers.
 //
 // Build and run (from the repository root; B = a configured CMake build dir
-// that has built mc_validation and mc_reference):
-//   E="-DMC_SCAN_HOST_EMULATION -Ikernels -Igpu -Ireference_cpu -Ivalidation/common \
-//      -I/usr/local/cuda/include"
+// that has built mc_check, mc_reference and mc_core):
+//   E="-DMC_SCAN_HOST_EMULATION -I. -I/usr/local/cuda/include"
 //   for f in kernels/scan_{fwd,bwd}_{f32,bf16,f16}.cu kernels/scan_host.cu kernels/scan_reduce.cu; do
 //     g++ -std=c++17 -O2 -Wno-unknown-pragmas $E -x c++ -c $f -o /tmp/$(basename $f).o; done
 //   g++ -std=c++17 -O2 -fopenmp $E -include kernels/scan_emulation_runtime.cuh \
@@ -19,7 +18,7 @@
 //   g++ -std=c++17 -O2 $E -c gpu/device_buffer.cpp -o /tmp/db.o
 //   g++ -std=c++17 -O2 $E -c kernels/cuda_check.cpp -o /tmp/cc.o
 //   g++ -o /tmp/scan_emu /tmp/tsp.o /tmp/scan_*.o /tmp/db.o /tmp/cc.o \
-//     $B/validation/common/libmc_validation.a $B/reference_cpu/libmc_reference.a \
+//     $B/check/libmc_check.a $B/reference_cpu/libmc_reference.a $B/core/libmc_core.a \
 //     -lgtest -lgtest_main -fopenmp -lpthread
 //   /tmp/scan_emu --gtest_filter='Cases*'; MC_SCAN_EMU_REVERSE=1 /tmp/scan_emu --gtest_filter='Cases*'
 // (The T = 65536 case skips: the fake cudaMemGetInfo reports 8 GiB free.)

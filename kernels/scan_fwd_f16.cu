@@ -1,6 +1,6 @@
 // scan_fwd_f16.cu — explicit instantiation of the forward selective scan for
 // __half storage (one TU per dtype so nvcc compiles them in parallel).
-#include "scan_fwd.cuh"
+#include "kernels/scan_fwd.cuh"
 
 namespace mc::kern {
 using T = __half;

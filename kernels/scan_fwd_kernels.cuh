@@ -38,8 +38,8 @@
 // fixed order that depends only on (T, ds).
 #pragma once
 
-#include "scan_common.cuh"
-#include "scan_math.cuh"
+#include "kernels/scan_common.cuh"
+#include "kernels/scan_math.cuh"
 
 namespace mc::kern::scan_detail {
 

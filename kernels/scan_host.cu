@@ -4,8 +4,8 @@
 #include <sstream>
 #include <string>
 
-#include "cuda_check.hpp"
-#include "scan_common.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/scan_common.cuh"
 
 namespace mc::kern {
 

@@ -28,7 +28,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "config.hpp"
+#include "core/config.hpp"
 
 namespace mc::ref {
 

@@ -35,15 +35,15 @@
 // Everything else — the residual stream, states, h_saved, windows, rms, all
 // parameter gradients — stays in S. The input X and the GEMM weights are
 // quantised once by the CALLER, not here.
-#include "model.hpp"
+#include "reference_cpu/model.hpp"
 
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
-#include "mca_scalar.hpp"
-#include "steps.hpp"
+#include "reference_cpu/mca_scalar.hpp"
+#include "reference_cpu/steps.hpp"
 
 namespace mc::ref {
 

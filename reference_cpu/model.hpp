@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "config.hpp"
-#include "param_layout.hpp"
-#include "storage.hpp"
+#include "core/config.hpp"
+#include "core/param_layout.hpp"
+#include "core/storage.hpp"
 
 namespace mc::ref {
 

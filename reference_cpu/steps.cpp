@@ -21,10 +21,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "config.hpp"
-#include "mca_scalar.hpp"
-#include "steps.hpp"
-#include "testing_faults.hpp"
+#include "core/config.hpp"
+#include "reference_cpu/mca_scalar.hpp"
+#include "reference_cpu/steps.hpp"
+#include "reference_cpu/testing_faults.hpp"
 
 namespace mc::ref {
 

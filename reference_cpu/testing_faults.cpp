@@ -1,7 +1,7 @@
 // testing_faults.cpp — the process-wide fault switch of testing_faults.hpp.
 // An atomic so that an OpenMP region reading it never races with a test
 // thread; it is only ever read outside the parallel loops.
-#include "testing_faults.hpp"
+#include "reference_cpu/testing_faults.hpp"
 
 #include <atomic>
 

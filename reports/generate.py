@@ -607,7 +607,7 @@ def precision_md(val_paths, contexts, prec, plots, oracle=None):
                else "the validation JSON has no 'precision' section.")
         out += [NOT_MEASURED.format(why=why), ""]
         return "\n".join(out) + "\n"
-    out.append("Rule (validation/common/compare.hpp): a kernel result K passes when "
+    out.append("Rule (check/compare.hpp): a kernel result K passes when "
                "max|K − O| ≤ k_limit · max|P − O| + atol, with O the f64 CPU oracle and P the "
                "CPU baseline in the same storage precision on the same quantised inputs; "
                "k = max|K − O| / max|P − O| is the measured, dimensionless error ratio.")

@@ -6,7 +6,7 @@
 # Every GPU test declares RESOURCE_GROUPS "gpus:1" (validation/CMakeLists.txt);
 # CTest then runs at most one GPU test per GPU at a time and passes its device
 # to the test process as CTEST_RESOURCE_GROUP_0_GPUS=id:<ordinal>,slots:1 (read
-# by GpuTest, validation/common/gpu_allocation.hpp). MAMBACHECK_GPU_SPREAD=1
+# by GpuTest, check/gpu_allocation.hpp). MAMBACHECK_GPU_SPREAD=1
 # lifts the tests' RESOURCE_LOCK gpu, which CTest would otherwise apply on top
 # of the spec and so run the spread one test at a time (still correct, just
 # not parallel). Without the spec file the suite runs on device 0, one GPU test

@@ -39,10 +39,10 @@
 #include <string>
 #include <vector>
 
-#include "builtin_configs.hpp"
-#include "mca_scalar.hpp"
-#include "model_check.hpp"
-#include "oracle_test_support.hpp"
+#include "core/builtin_configs.hpp"
+#include "reference_cpu/mca_scalar.hpp"
+#include "check/model_check.hpp"
+#include "validation/support/oracle_test_support.hpp"
 
 namespace mc::testing {
 namespace {

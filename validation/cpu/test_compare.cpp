@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "model_check.hpp"
-#include "param_layout.hpp"
-#include "storage.hpp"
+#include "check/compare.hpp"
+#include "check/model_check.hpp"
+#include "core/param_layout.hpp"
+#include "core/storage.hpp"
 
 namespace mc::check {
 namespace {

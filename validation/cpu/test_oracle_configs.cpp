@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "builtin_configs.hpp"
-#include "gradcheck.hpp"
-#include "oracle_test_support.hpp"
-#include "steps.hpp"
+#include "core/builtin_configs.hpp"
+#include "check/gradcheck.hpp"
+#include "validation/support/oracle_test_support.hpp"
+#include "reference_cpu/steps.hpp"
 
 namespace mc::testing {
 namespace {

@@ -10,9 +10,9 @@
 
 #include <iostream>
 
-#include "builtin_configs.hpp"
-#include "gradcheck.hpp"
-#include "oracle_test_support.hpp"
+#include "core/builtin_configs.hpp"
+#include "check/gradcheck.hpp"
+#include "validation/support/oracle_test_support.hpp"
 
 namespace mc::testing {
 namespace {

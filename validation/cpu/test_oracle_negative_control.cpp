@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "builtin_configs.hpp"
-#include "gradcheck.hpp"
-#include "oracle_test_support.hpp"
-#include "testing_faults.hpp"
+#include "core/builtin_configs.hpp"
+#include "check/gradcheck.hpp"
+#include "validation/support/oracle_test_support.hpp"
+#include "reference_cpu/testing_faults.hpp"
 
 namespace mc::testing {
 namespace {

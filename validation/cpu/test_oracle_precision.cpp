@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "builtin_configs.hpp"
-#include "oracle_test_support.hpp"
-#include "mca_scalar.hpp"
+#include "core/builtin_configs.hpp"
+#include "validation/support/oracle_test_support.hpp"
+#include "reference_cpu/mca_scalar.hpp"
 
 namespace mc::testing {
 namespace {

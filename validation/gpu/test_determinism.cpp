@@ -23,18 +23,15 @@
 //                    its fixed-order twin is not).
 //   CrossGpu         the same inputs on two GPUs give the same bits (skipped
 //                    with fewer than 2 visible GPUs or unlike GPUs).
-//   DeterminismChecker / ChildProcess: device-free checks of the checker,
-//                    the manifest files, the JSON writer and the child runner.
+//   GpuAllocation    the CTest GPU allocation this test process got is well formed.
+// The device-free checks of the checker, the manifest files, the JSON writer
+// and the child runner are in validation/cpu/test_determinism_tools.cpp.
 //
 // With MAMBACHECK_DETERMINISM_JSON=<path> every result is merged into <path>
 // (reports/README.md "determinism" schema) with a context naming what a
 // bitwise claim depends on (GPU, SMs, driver, runtime, cuBLAS, git sha, flags).
 #include <cuda_runtime.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,18 +49,17 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_check.hpp"
-#include "determinism.hpp"
-#include "determinism_cases.hpp"
-#include "gpu_allocation.hpp"
-#include "gpu_test.hpp"
-#include "pipeline.hpp"
-#include "problem.hpp"
-#include "report_json.hpp"
-#include "testing_atomic_reduce.cuh"
-#include "testing_busy_load.cuh"
-
-extern char** environ;
+#include "kernels/cuda_check.hpp"
+#include "check/determinism.hpp"
+#include "validation/support/determinism_cases.hpp"
+#include "check/gpu_allocation.hpp"
+#include "validation/support/child_process.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "gpu/model.hpp"
+#include "check/problem.hpp"
+#include "check/report_json.hpp"
+#include "validation/gpu/testing_atomic_reduce.cuh"
+#include "validation/gpu/testing_busy_load.cuh"
 
 namespace mc::testing {
 namespace det {
@@ -148,131 +144,6 @@ std::string first_lines(const std::string& s, size_t max_lines) {
   for (size_t n = 0; n < max_lines && std::getline(is, line); ++n) out += line + "\n";
   return out;
 }
-
-// ---- child processes --------------------------------------------------------------------
-
-// A child's log as it may appear in this process's output: a line that could
-// read as a gtest verdict ("[  SKIPPED ]", "[  FAILED  ]", ...) would make
-// ctest misjudge the parent (its SKIP_REGULAR_EXPRESSION), so brackets are
-// neutralised and every line is prefixed.
-std::string quote_child_log(const std::string& log) {
-  std::istringstream is(log);
-  std::string out, line;
-  while (std::getline(is, line)) {
-    for (char& c : line)
-      if (c == '[' || c == ']') c = '|';
-    out += "    child> " + line + "\n";
-  }
-  return out;
-}
-
-struct ChildResult {
-  int exit_code = -1;  // valid when exited
-  bool exited = false;
-  int signal = 0;
-  bool timed_out = false;
-  std::string spawn_error;
-  std::string log;  // the child's stdout + stderr (from its log file)
-  std::string describe() const {
-    std::ostringstream os;
-    if (!spawn_error.empty()) os << "could not start: " << spawn_error;
-    else if (timed_out) os << "timed out and was killed";
-    else if (exited) os << "exit status " << exit_code;
-    else os << "killed by signal " << signal;
-    return os.str();
-  }
-};
-
-// Runs exe with args, stdin from /dev/null, stdout and stderr into log_path
-// (never into this process's output), and waits at most timeout_s.
-ChildResult run_child(const std::string& exe, const std::vector<std::string>& args,
-                      const std::string& log_path, int timeout_s) {
-  ChildResult r;
-  std::vector<std::string> store{exe};
-  store.insert(store.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : store) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    r.spawn_error = exe + ": " + std::strerror(rc);
-    return r;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  int status = 0;
-  for (;;) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (w < 0 && errno != EINTR) {
-      r.spawn_error = std::string("waitpid: ") + std::strerror(errno);
-      return r;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);  // our own child, by its pid
-      waitpid(pid, &status, 0);
-      r.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!r.timed_out) {
-    r.exited = WIFEXITED(status);
-    r.exit_code = r.exited ? WEXITSTATUS(status) : -1;
-    r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  }
-  std::ifstream f(log_path);
-  std::ostringstream os;
-  os << f.rdbuf();
-  r.log = os.str();
-  return r;
-}
-
-// The probe sits next to this test binary (same build folder, also after
-// scripts/stage_build.sh); MAMBACHECK_DETERMINISM_PROBE overrides.
-std::string probe_path() {
-  if (const char* p = std::getenv("MAMBACHECK_DETERMINISM_PROBE")) return p;
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "determinism_probe";
-  std::string self(buf, size_t(n));
-  return self.substr(0, self.rfind('/') + 1) + "determinism_probe";
-}
-
-// A fresh directory under $TMPDIR (or /tmp), removed by the destructor unless keep().
-class TempDir {
- public:
-  TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/mc-determinism-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr)
-      throw std::runtime_error("mkdtemp(" + tmpl + "): " + std::strerror(errno));
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    if (keep_) return;
-    for (const auto& f : files_) std::remove((path_ + "/" + f).c_str());
-    rmdir(path_.c_str());
-  }
-  std::string file(const std::string& name) {
-    files_.push_back(name);
-    return path_ + "/" + name;
-  }
-  void keep() { keep_ = true; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::vector<std::string> files_;
-  bool keep_ = false;
-};
 
 // ---- device memory for the negative control ----------------------------------------------
 
@@ -702,241 +573,9 @@ TEST_F(CrossGpu, SameInputsGiveSameBitsOnTwoDevices) {
 }
 
 // =========================================================================================
-// device-free checks of the machinery (run on any machine)
+// the allocation this GPU test process got (the parser's own checks and the
+// other device-free checks are in validation/cpu/test_determinism_tools.cpp)
 // =========================================================================================
-
-TensorList sample_list() {
-  TensorList t;
-  t.push_back({"a", {1.f, -2.f, 3.5f}});
-  t.push_back({"b", std::vector<float>(100, 0.25f)});
-  for (int i = 0; i < 100; ++i) t[1].values[size_t(i)] = float(i) * 0.125f - 3.f;
-  return t;
-}
-
-float next_up(float x) { return std::nextafter(x, INFINITY); }
-
-TEST(DeterminismChecker, IdenticalRunsAreIdentical) {
-  RerunChecker c("synthetic");
-  for (int i = 0; i < 5; ++i) c.add_run(sample_list());
-  EXPECT_TRUE(c.identical()) << c.report();
-  EXPECT_EQ(c.runs(), 5);
-  EXPECT_EQ(c.distinct_hashes(), 1);
-  EXPECT_EQ(c.first_mismatch_run(), -1);
-}
-
-TEST(DeterminismChecker, NamesRunTensorIndexAndUlpOfAOneUlpChange) {
-  RerunChecker c("synthetic");
-  c.add_run(sample_list());
-  c.add_run(sample_list());
-  TensorList bad = sample_list();
-  bad[1].values[37] = next_up(bad[1].values[37]);  // one ulp, one element
-  bad[1].values[90] = -bad[1].values[90];          // and a sign flip further on
-  c.add_run(bad);
-  c.add_run(sample_list());
-  ASSERT_FALSE(c.identical());
-  EXPECT_EQ(c.first_mismatch_run(), 2);
-  EXPECT_EQ(c.distinct_hashes(), 2);
-  ASSERT_EQ(c.first_mismatch().size(), 1u);
-  const TensorDiff& d = c.first_mismatch()[0];
-  EXPECT_EQ(d.tensor, "b");
-  EXPECT_EQ(d.index, 37);
-  EXPECT_EQ(d.ulp, 1);
-  EXPECT_EQ(d.n_diff, 2);
-  const float v90 = sample_list()[1].values[90];
-  EXPECT_EQ(d.max_ulp, check::ulp_distance(v90, -v90));
-  EXPECT_NE(c.report().find("run 2"), std::string::npos) << c.report();
-  EXPECT_NE(c.report().find("index 37"), std::string::npos) << c.report();
-
-  const DeterminismRow row = check::row_from(c, "x", "t", "f32", "parallel", "");
-  EXPECT_FALSE(row.identical);
-  EXPECT_EQ(row.first_diff_index, 37);
-  EXPECT_EQ(row.ulp, 1);
-  EXPECT_EQ(row.tensor, "b");
-}
-
-TEST(DeterminismChecker, SignedZeroIsABitDifferenceAtZeroUlp) {
-  TensorList a{{"z", {0.f, 1.f}}}, b{{"z", {-0.f, 1.f}}};
-  const auto d = check::diff_tensor_lists(a, b);
-  ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d[0].index, 0);
-  EXPECT_EQ(d[0].ulp, 0);
-}
-
-TEST(DeterminismChecker, MissingAndResizedTensorsAreReported) {
-  TensorList a = sample_list(), b = sample_list();
-  b[0].values.push_back(7.f);
-  b.push_back({"extra", {1.f}});
-  const auto d = check::diff_tensor_lists(a, b);
-  ASSERT_EQ(d.size(), 2u);
-  EXPECT_NE(d[0].problem.find("sizes differ"), std::string::npos) << d[0].summary();
-  EXPECT_EQ(d[1].tensor, "extra");
-  EXPECT_NE(d[1].problem.find("only in the second"), std::string::npos) << d[1].summary();
-}
-
-TEST(DeterminismChecker, UlpDistanceAgreesWithFirstBitDifference) {
-  check::SplitMix64 rng(7);
-  for (int i = 0; i < 2000; ++i) {
-    const float a = float(rng.normal() * std::ldexp(1.0, int(rng.next() % 40) - 20));
-    float b = a;
-    const int steps = int(rng.next() % 5);
-    for (int s = 0; s < steps; ++s) b = next_up(b);
-    if (rng.next() % 7 == 0) b = -b;
-    const check::BitDiff bd = check::first_bit_difference(&a, &b, 1);
-    EXPECT_EQ(check::ulp_distance(a, b), bd.index < 0 ? 0 : bd.ulp) << a << " vs " << b;
-  }
-  EXPECT_EQ(check::ulp_distance(1.f, next_up(1.f)), 1);
-  EXPECT_EQ(check::ulp_distance(-std::ldexp(1.f, -149), std::ldexp(1.f, -149)), 2);
-}
-
-TEST(DeterminismChecker, ManifestTextRoundTripsAndRejectsMalformedLines) {
-  const check::Manifest m = check::make_manifest(sample_list());
-  const std::string text = check::manifest_to_text(m, "header line 1\nheader line 2");
-  EXPECT_EQ(text.rfind("# header line 1\n# header line 2\n", 0), 0u) << text;
-  const check::Manifest back = check::manifest_from_text(text, "mem");
-  ASSERT_EQ(back.size(), m.size());
-  for (size_t i = 0; i < m.size(); ++i) {
-    EXPECT_EQ(back[i].name, m[i].name);
-    EXPECT_EQ(back[i].count, m[i].count);
-    EXPECT_EQ(back[i].hash, m[i].hash);
-  }
-  EXPECT_TRUE(check::diff_manifests(m, back).empty());
-  try {
-    check::manifest_from_text("# h\na 3 0x0123\n", "bad.manifest");
-    FAIL() << "a short hash was accepted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.manifest:2"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(check::manifest_from_text("a 3 0x0123456789abcdef extra\n", "x"), std::runtime_error);
-  check::Manifest changed = m;
-  changed[0].hash ^= 1;
-  const auto names = check::diff_manifests(m, changed);
-  ASSERT_EQ(names.size(), 1u);
-  EXPECT_EQ(names[0], "a");
-}
-
-TEST(DeterminismChecker, CombinedHashIsTheHashOfTheConcatenation) {
-  const TensorList t = sample_list();
-  std::vector<float> all;
-  for (const auto& x : t) all.insert(all.end(), x.values.begin(), x.values.end());
-  EXPECT_EQ(check::combined_hash(t), check::fnv1a64(all.data(), all.size() * sizeof(float)));
-}
-
-TEST(DeterminismChecker, TensorDataFilesRoundTrip) {
-  TempDir dir;
-  const TensorList t = sample_list();
-  const std::string mf = dir.file("t.manifest"), df = dir.file("t.data");
-  check::write_manifest(mf, check::make_manifest(t), "test");
-  check::write_tensor_data(df, t);
-  const check::Manifest m = check::read_manifest(mf);
-  const TensorList back = check::read_tensor_data(df, m);
-  EXPECT_TRUE(check::diff_tensor_lists(t, back).empty());
-  check::Manifest longer = m;
-  longer[0].count += 1;
-  EXPECT_THROW(check::read_tensor_data(df, longer), std::runtime_error);
-}
-
-TEST(DeterminismChecker, JsonRowsAreMergedByIdAndNothingElseIsOverwritten) {
-  TempDir dir;
-  const std::string path = dir.file("det.json");
-  dir.file("det.json.lock");
-  DeterminismRow a, b, a2, c;
-  a.id = "t/a";
-  a.test = "in_process_rerun_forward";
-  a.dtype = "f32";
-  a.scan = "parallel ds16";
-  a.runs = 10;
-  a.hash = 0x1234;
-  b = a;
-  b.id = "t/b";
-  b.note = "quote \" and backslash \\ and newline \n";
-  a2 = a;
-  a2.identical = false;
-  a2.first_diff_index = 5;
-  a2.ulp = 3;
-  c = a;
-  c.id = "t/c";
-  check::merge_determinism_json(path, "{\"gpu_name\": \"first\"}", {a, b});
-  check::merge_determinism_json(path, "{\"gpu_name\": \"second\"}", {a2, c});
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
-  EXPECT_NE(text.find("\"schema\": \"mambacheck-validation/1\""), std::string::npos);
-  EXPECT_NE(text.find("\"second\""), std::string::npos);
-  EXPECT_EQ(text.find("\"first\""), std::string::npos);
-  // a replaced in place (identical false now), b kept, c appended: 3 rows in order a, b, c
-  const size_t pa = text.find("{\"id\": \"t/a\""), pb = text.find("{\"id\": \"t/b\""),
-               pc = text.find("{\"id\": \"t/c\"");
-  ASSERT_NE(pa, std::string::npos);
-  ASSERT_NE(pb, std::string::npos);
-  ASSERT_NE(pc, std::string::npos);
-  EXPECT_LT(pa, pb);
-  EXPECT_LT(pb, pc);
-  EXPECT_EQ(text.find("{\"id\": \"t/a\"", pa + 1), std::string::npos) << text;
-  EXPECT_NE(text.find("\"first_diff_index\": 5", pa), std::string::npos) << text;
-  EXPECT_NE(text.find("quote \\\" and backslash \\\\ and newline \\n"), std::string::npos) << text;
-  // a foreign file is never overwritten
-  const std::string foreign = dir.file("foreign.json");
-  dir.file("foreign.json.lock");
-  { std::ofstream(foreign) << "{\"precision\": []}\n"; }
-  EXPECT_THROW(check::merge_determinism_json(foreign, "{}", {a}), std::runtime_error);
-}
-
-TEST(DeterminismChecker, SamplesAreSelectedAndSlicedConsistently) {
-  ModelConfig cfg = det::config(16);
-  const check::ModelInputs pool = check::make_model_inputs(cfg, 3, 5, 11);
-  const check::ModelInputs same = check::select_samples(pool, {0, 1, 2});
-  EXPECT_EQ(same.X, pool.X);
-  EXPECT_EQ(same.conv0, pool.conv0);
-  EXPECT_EQ(same.ssm0, pool.ssm0);
-  EXPECT_EQ(same.d_out, pool.d_out);
-  // fake outputs whose every element encodes (tensor, position): slicing sample
-  // 2 of the pool must give what sample 0 of the 1-sample selection gives
-  const Dims d = Dims::from(cfg);
-  auto fake = [&](const check::ModelInputs& in) {
-    check::ModelOutputs<float> o;
-    o.out = in.d_out;  // rows follow the samples like out's
-    o.dX = in.X;
-    o.conv_final = in.conv0;
-    o.ssm_final = in.ssm0;
-    o.d_conv0 = in.conv0;
-    o.d_ssm0 = in.ssm0;
-    o.grads = in.params;
-    return o;
-  };
-  const check::ModelInputs one = check::select_samples(pool, {2});
-  EXPECT_EQ(one.B, 1);
-  EXPECT_EQ(int64_t(one.X.size()), 5 * d.mid);
-  const auto a = check::sample_tensors(pool, fake(pool), 2);
-  const auto b = check::sample_tensors(one, fake(one), 0);
-  EXPECT_TRUE(check::diff_tensor_lists(a, b).empty());
-  EXPECT_FALSE(check::diff_tensor_lists(a, check::sample_tensors(pool, fake(pool), 1)).empty());
-  EXPECT_THROW(check::select_samples(pool, {3}), std::out_of_range);
-}
-
-TEST(GpuAllocation, ParsesCtestResourceVariables) {
-  const GpuAllocation off = parse_gpu_allocation(nullptr, nullptr);
-  EXPECT_FALSE(off.active);
-  EXPECT_EQ(off.device, 0);
-  const GpuAllocation one = parse_gpu_allocation("1", "id:1,slots:1");
-  EXPECT_TRUE(one.active);
-  EXPECT_TRUE(one.error.empty()) << one.error;
-  EXPECT_EQ(one.device, 1);
-  EXPECT_EQ(parse_gpu_allocation("1", "id:3,slots:2;id:0,slots:1").device, 3);
-  const GpuAllocation bad = parse_gpu_allocation("1", "id:gpu0,slots:1");
-  EXPECT_NE(bad.error.find("CTEST_RESOURCE_GROUP_0_GPUS"), std::string::npos) << bad.error;
-  EXPECT_NE(bad.error.find("id:gpu0,slots:1"), std::string::npos) << bad.error;
-  EXPECT_NE(parse_gpu_allocation("1", nullptr).error.find("RESOURCE_GROUPS"), std::string::npos);
-  EXPECT_NE(parse_gpu_allocation("x", "id:0,slots:1").error.find("CTEST_RESOURCE_GROUP_COUNT"),
-            std::string::npos);
-  // what CTest sets for a test without RESOURCE_GROUPS under a spec file
-  EXPECT_NE(parse_gpu_allocation("0", nullptr).error.find("RESOURCE_GROUPS"), std::string::npos);
-  // spread mode (no RESOURCE_LOCK) without a spec file is refused, with one it is fine
-  EXPECT_NE(parse_gpu_allocation(nullptr, nullptr, "1").error.find("--resource-spec-file"),
-            std::string::npos);
-  EXPECT_TRUE(parse_gpu_allocation(nullptr, nullptr, "0").error.empty());
-  EXPECT_TRUE(parse_gpu_allocation("1", "id:1,slots:1", "1").error.empty());
-}
 
 // Under `ctest --resource-spec-file` this checks the variables CTest really
 // sets for this process; without a spec file, that none are set.
@@ -945,21 +584,6 @@ TEST(GpuAllocation, ThisProcessAllocationIsWellFormed) {
   EXPECT_TRUE(a.error.empty()) << a.error;
   std::cout << "  CTest resource allocation: "
             << (a.active ? "on, device " + std::to_string(a.device) : std::string("off")) << "\n";
-}
-
-TEST(ChildProcess, OutputGoesToTheLogAndVerdictLinesAreNeutralised) {
-  const std::string probe = probe_path();
-  ASSERT_EQ(access(probe.c_str(), X_OK), 0) << probe << " missing (target determinism_probe)";
-  TempDir dir;
-  const std::string log = dir.file("usage.log");
-  const ChildResult c = run_child(probe, {"--no-such-flag", "x"}, log, 60);
-  ASSERT_TRUE(c.exited) << c.describe();
-  EXPECT_EQ(c.exit_code, 2) << c.log;
-  EXPECT_NE(c.log.find("usage: determinism_probe"), std::string::npos) << c.log;
-  const std::string q = quote_child_log("[  SKIPPED ] X.Y\n[       OK ] A.B\n");
-  EXPECT_EQ(q.find("[  SKIPPED ]"), std::string::npos) << q;
-  EXPECT_EQ(q.find("[       OK ]"), std::string::npos) << q;
-  EXPECT_NE(q.find("child> |  SKIPPED | X.Y"), std::string::npos) << q;
 }
 
 }  // namespace

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "gpu_test.hpp"
-#include "model_harness.hpp"
-#include "pipeline.hpp"
+#include "check/compare.hpp"
+#include "core/config.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "validation/support/model_harness.hpp"
+#include "gpu/model.hpp"
 
 namespace mc::testing {
 namespace {

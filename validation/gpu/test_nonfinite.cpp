@@ -32,14 +32,14 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
-#include "gpu_test.hpp"
-#include "model.hpp"
-#include "model_check.hpp"
-#include "param_layout.hpp"
-#include "pipeline.hpp"
-#include "steps.hpp"
-#include "storage.hpp"
+#include "core/config.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "reference_cpu/model.hpp"
+#include "check/model_check.hpp"
+#include "core/param_layout.hpp"
+#include "gpu/model.hpp"
+#include "reference_cpu/steps.hpp"
+#include "core/storage.hpp"
 
 namespace mc::testing {
 namespace {

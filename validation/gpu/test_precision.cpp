@@ -32,12 +32,12 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "model_check.hpp"
-#include "pipeline.hpp"
-#include "shape_generator.hpp"
-#include "precision_harness.hpp"
+#include "check/compare.hpp"
+#include "core/config.hpp"
+#include "check/model_check.hpp"
+#include "gpu/model.hpp"
+#include "validation/support/shape_generator.hpp"
+#include "validation/support/precision_harness.hpp"
 
 namespace mc::testing {
 namespace {

@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "precision_harness.hpp"
+#include "check/compare.hpp"
+#include "core/config.hpp"
+#include "validation/support/precision_harness.hpp"
 
 namespace mc::testing {
 namespace {

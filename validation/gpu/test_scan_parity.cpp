@@ -54,16 +54,16 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "cuda_check.hpp"
-#include "device_buffer.hpp"
-#include "gpu_test.hpp"
+#include "check/compare.hpp"
+#include "check/problem.hpp"
+#include "core/config.hpp"
+#include "core/storage.hpp"
+#include "gpu/device_buffer.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/scan/scan.hpp"
-#include "problem.hpp"
-#include "scan_math.cuh"
-#include "steps.hpp"
-#include "storage.hpp"
+#include "kernels/scan_math.cuh"
+#include "reference_cpu/steps.hpp"
+#include "validation/support/gpu_test.hpp"
 
 namespace {
 

@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "config.hpp"
-#include "gpu_test.hpp"
-#include "model_harness.hpp"
-#include "pipeline.hpp"
-#include "shape_generator.hpp"
+#include "check/compare.hpp"
+#include "core/config.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "validation/support/model_harness.hpp"
+#include "gpu/model.hpp"
+#include "validation/support/shape_generator.hpp"
 
 namespace mc::testing {
 namespace {

@@ -28,19 +28,19 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
-#include "conv.cuh"
-#include "device_buffer.hpp"
-#include "device_context.hpp"
-#include "elementwise.cuh"
-#include "gemm.hpp"
-#include "gpu_test.hpp"
-#include "norm.cuh"
-#include "pipeline.hpp"
-#include "problem.hpp"
-#include "reduce.cuh"
-#include "steps.hpp"
-#include "storage.hpp"
+#include "check/compare.hpp"
+#include "kernels/conv.cuh"
+#include "gpu/device_buffer.hpp"
+#include "gpu/device_context.hpp"
+#include "kernels/elementwise.cuh"
+#include "gpu/gemm.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "kernels/norm.cuh"
+#include "gpu/model.hpp"
+#include "check/problem.hpp"
+#include "kernels/reduce.cuh"
+#include "reference_cpu/steps.hpp"
+#include "core/storage.hpp"
 
 namespace {
 

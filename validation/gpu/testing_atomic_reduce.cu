@@ -1,12 +1,12 @@
 // testing_atomic_reduce.cu — the TEST-ONLY atomicAdd column sum and its
 // fixed-order twin (see testing_atomic_reduce.cuh).
-#include "testing_atomic_reduce.cuh"
+#include "validation/gpu/testing_atomic_reduce.cuh"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mc::testing {
 

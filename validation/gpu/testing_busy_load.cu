@@ -1,5 +1,5 @@
 // testing_busy_load.cu — the background load thread of testing_busy_load.cuh.
-#include "testing_busy_load.cuh"
+#include "validation/gpu/testing_busy_load.cuh"
 
 #include <atomic>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mc::testing {
 

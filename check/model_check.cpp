@@ -1,0 +1,168 @@
+// model_check.cpp — O/P/K runs of one backbone problem and their per-tensor
+// k-rule comparison (see model_check.hpp).
+#include "check/model_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "reference_cpu/model.hpp"
+#include "core/param_layout.hpp"
+#include "check/problem.hpp"
+#include "core/storage.hpp"
+
+namespace mc::check {
+
+namespace {
+
+
+void quantise(std::vector<float>& v, int64_t off, int64_t n, DType t) {
+  for (int64_t i = off; i < off + n; ++i) v[size_t(i)] = round_to(t, v[size_t(i)]);
+}
+
+void add_rule(Comparison& c, const std::string& name, const std::vector<float>& K,
+              const std::vector<double>& O, const std::vector<float>& P, int64_t off, int64_t n,
+              DType dtype) {
+  KRuleResult r;
+  r.tensor = name;
+  if (int64_t(K.size()) < off + n || int64_t(O.size()) < off + n || int64_t(P.size()) < off + n) {
+    r.tensor += " (SIZE MISMATCH: K " + std::to_string(K.size()) + ", O " +
+                std::to_string(O.size()) + ", P " + std::to_string(P.size()) + ", need " +
+                std::to_string(off + n) + ")";
+    c.tensors.push_back(r);
+    return;
+  }
+  if (n < kMinRuleElements) {
+    r.tensor += " (TEST SETUP: " + std::to_string(n) + " elements < " +
+                std::to_string(kMinRuleElements) + "; the k-rule is not reliable, enlarge the shape)";
+    c.tensors.push_back(r);
+    return;
+  }
+  c.tensors.push_back(
+      k_rule(name, K.data() + off, O.data() + off, P.data() + off, n, dtype, k_limit_for(dtype)));
+}
+
+// One comparison per layer of a per-layer tensor [L, B, di, w].
+void add_per_layer(Comparison& c, const std::string& what, const Dims& d, int64_t B, int64_t w,
+                   const std::vector<float>& K, const std::vector<double>& O,
+                   const std::vector<float>& P, DType dtype) {
+  const int64_t per = B * d.di * w;
+  for (int64_t l = 0; l < d.L; ++l)
+    add_rule(c, "layers." + std::to_string(l) + "." + what, K, O, P, l * per, per, dtype);
+}
+
+}  // namespace
+
+ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
+                              DType dtype) {
+  const Problem p = make_problem(cfg, B, T, seed);
+  ModelInputs in;
+  in.cfg = cfg;
+  in.B = B;
+  in.T = T;
+  in.dtype = dtype;
+  in.params = to_float(p.params);
+  in.X = to_float(p.X);
+  in.conv0 = to_float(p.conv0);
+  in.ssm0 = to_float(p.ssm0);
+  in.d_out = to_float(p.d_out);
+  if (dtype != DType::F32) {
+    for (const ParamEntry& e : p.layout.entries)
+      if (e.gemm_weight) quantise(in.params, e.offset, e.size, dtype);
+    quantise(in.X, 0, int64_t(in.X.size()), dtype);
+  }
+  return in;
+}
+
+
+ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm,
+                            bool check_finite) {
+  gpu::RunOptions opt;
+  opt.dtype = in.dtype;
+  opt.scan = scan;
+  opt.gemm = gemm;
+  opt.state_grads = true;
+  opt.check_finite = check_finite;
+  gpu::Model m(in.cfg, in.B, in.T, opt);
+  m.set_params(in.params);
+  m.set_state(in.conv0, in.ssm0);
+  ModelOutputs<float> o;
+  m.forward(in.X, o.out);
+  m.get_state(o.conv_final, o.ssm_final);
+  m.backward(in.d_out, o.grads, &o.d_conv0, &o.d_ssm0, &o.dX);
+  return o;
+}
+
+std::string describe(const ModelConfig& c, int64_t B, int64_t T) {
+  std::ostringstream os;
+  os << "dm=" << c.d_model << " ds=" << c.d_state << " dc=" << c.d_conv << " expand=" << c.expand
+     << " L=" << c.n_layers << " mid=" << c.input_dim << " B=" << B << " T=" << T;
+  return os.str();
+}
+
+bool shape_ok_for_k_rule(const ModelConfig& c, int64_t B, int64_t T) {
+  return c.d_model >= kMinRuleElements && B * T * c.input_dim >= kMinRuleElements;
+}
+
+double k_limit_for(DType dtype) { return dtype == DType::F32 ? kF32KLimit : kTypedKLimit; }
+
+bool Comparison::pass() const {
+  if (tensors.empty()) return false;
+  for (const auto& r : tensors)
+    if (!r.pass) return false;
+  return true;
+}
+
+double Comparison::max_k() const {
+  double k = 0;
+  for (const auto& r : tensors)
+    if (std::isfinite(r.k)) k = std::max(k, r.k);
+  return k;
+}
+
+double Comparison::max_headroom() const {
+  double h = 0;
+  for (const auto& r : tensors) h = std::max(h, r.headroom);
+  return h;
+}
+
+std::string Comparison::report(bool failures_only) const {
+  std::ostringstream os;
+  for (const auto& r : tensors)
+    if (!failures_only || !r.pass) os << label << " | " << r.summary() << "\n";
+  return os.str();
+}
+
+Comparison compare_model(const std::string& label, const ModelInputs& in,
+                         const ModelOutputs<float>& K, const ModelOutputs<double>& O,
+                         const ModelOutputs<float>& P) {
+  const Dims d = Dims::from(in.cfg);
+  const ParamLayout lay(d);
+  const DType t = in.dtype;
+  Comparison c;
+  c.label = label;
+  const int64_t R = in.B * in.T;
+  add_rule(c, "out", K.out, O.out, P.out, 0, R * d.dm, t);
+  add_per_layer(c, "conv_final", d, in.B, d.dc, K.conv_final, O.conv_final, P.conv_final, t);
+  add_per_layer(c, "ssm_final", d, in.B, d.ds, K.ssm_final, O.ssm_final, P.ssm_final, t);
+  for (const ParamEntry& e : lay.entries)
+    add_rule(c, "grad." + e.name, K.grads, O.grads, P.grads, e.offset, e.size, t);
+  add_rule(c, "d_input", K.dX, O.dX, P.dX, 0, R * d.mid, t);
+  add_per_layer(c, "d_conv0", d, in.B, d.dc, K.d_conv0, O.d_conv0, P.d_conv0, t);
+  add_per_layer(c, "d_ssm0", d, in.B, d.ds, K.d_ssm0, O.d_ssm0, P.d_ssm0, t);
+  return c;
+}
+
+Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
+                                    DType dtype, ScanMode scan, gpu::GemmMath gemm,
+                                    bool check_finite) {
+  const ModelInputs in = make_model_inputs(cfg, B, T, seed, dtype);
+  const auto O = oracle_run<double>(in, DType::F32);
+  const auto P = oracle_run<float>(in, dtype);
+  const auto K = gpu_run(in, scan, gemm, check_finite);
+  return compare_model(describe(cfg, B, T) + " dtype=" + to_string(dtype) +
+                           " scan=" + to_string(scan),
+                       in, K, O, P);
+}
+
+}  // namespace mc::check

@@ -1,0 +1,136 @@
+// model_check.hpp — run one backbone problem three ways and compare them
+// tensor by tensor under the k-x rule (compare.hpp):
+//   O  the f64 CPU oracle (no rounding),
+//   P  the float CPU oracle with the same storage rounding as the GPU dtype
+//      (the same-precision baseline; for f32 simply the float oracle),
+//   K  the GPU pipeline (gpu::Model).
+// For bf16/f16 the GEMM weights and the input X are quantised to the dtype
+// once, before any of the three runs, so all see identical inputs (input
+// quantisation is not kernel error). Compared: out, final conv/SSM states,
+// every parameter-gradient tensor (each ParamEntry), the input gradient and
+// the initial-state gradients. Used by the GPU suites, the precision suite and
+// `mambacheck validate`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "check/compare.hpp"
+#include "core/config.hpp"
+#include "reference_cpu/model.hpp"
+#include "core/param_layout.hpp"
+#include "gpu/model.hpp"
+#include "core/storage.hpp"
+
+namespace mc::check {
+
+// Everything a backbone forward+backward needs, as the GPU sees it (f32).
+struct ModelInputs {
+  ModelConfig cfg;
+  int64_t B = 1, T = 1;
+  DType dtype = DType::F32;   // quantisation applied to params' GEMM weights and X
+  std::vector<float> params;  // [lay.total]
+  std::vector<float> X;       // [B*T, mid]
+  std::vector<float> conv0;   // [L, B, di, dc]  initial conv state
+  std::vector<float> ssm0;    // [L, B, di, ds]  initial SSM state
+  std::vector<float> d_out;   // [B*T, dm]       upstream gradient
+};
+
+// The seeded problem of problem.hpp, quantised for `dtype` (see above).
+ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
+                              DType dtype = DType::F32);
+
+// Results of one forward + backward in precision S.
+template <class S>
+struct ModelOutputs {
+  std::vector<S> out;         // [B*T, dm]
+  std::vector<S> conv_final;  // [L, B, di, dc]
+  std::vector<S> ssm_final;   // [L, B, di, ds]
+  std::vector<S> grads;       // [lay.total]
+  std::vector<S> dX;          // [B*T, mid]
+  std::vector<S> d_conv0;     // [L, B, di, dc]
+  std::vector<S> d_ssm0;      // [L, B, di, ds]
+};
+
+template <class S>
+std::vector<S> cast_vec(const std::vector<float>& v) {
+  return std::vector<S>(v.begin(), v.end());
+}
+
+// The CPU oracle in scalar S with storage rounding `storage` (O: double + F32;
+// P: float + the GPU dtype; any scalar the oracle is instantiated for, e.g. the
+// Monte Carlo arithmetic one), from the problem's initial states; with
+// backward = false only out and the final states are filled.
+template <class S>
+ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward = true) {
+  const Dims d = Dims::from(in.cfg);
+  const ParamLayout lay(d);
+  const int64_t R = in.B * in.T;
+  const Storage st{storage};
+  const std::vector<S> params = cast_vec<S>(in.params);
+  const std::vector<S> X = cast_vec<S>(in.X);
+  ref::RecurrentState<S> state(d, in.B);
+  state.conv = cast_vec<S>(in.conv0);
+  state.ssm = cast_vec<S>(in.ssm0);
+  ModelOutputs<S> o;
+  o.out.assign(size_t(R * d.dm), S(0));
+  ref::BackboneActivations<S> act;
+  ref::backbone_forward<S>(lay, params.data(), in.B, in.T, X.data(), state, o.out.data(),
+                           backward ? &act : nullptr, st);
+  o.conv_final = state.conv;
+  o.ssm_final = state.ssm;
+  if (!backward) return o;
+  const std::vector<S> d_out = cast_vec<S>(in.d_out);
+  o.grads.assign(size_t(lay.total), S(0));
+  o.dX.assign(size_t(R * d.mid), S(0));
+  o.d_conv0.assign(in.conv0.size(), S(0));
+  o.d_ssm0.assign(in.ssm0.size(), S(0));
+  ref::BackboneGradOutputs<S> g;
+  g.params = o.grads.data();
+  g.dX = o.dX.data();
+  g.d_conv0 = o.d_conv0.data();
+  g.d_ssm0 = o.d_ssm0.data();
+  ref::backbone_backward<S>(lay, params.data(), act, d_out.data(), g, st);
+  return o;
+}
+
+// The GPU pipeline (dtype = in.dtype) with state gradients. With check_finite
+// every step's outputs are scanned and gpu::NonFiniteError names the first
+// NaN/Inf (step, tensor, index, overflow).
+ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan,
+                            gpu::GemmMath gemm = gpu::GemmMath::F32, bool check_finite = false);
+
+std::string describe(const ModelConfig& c, int64_t B, int64_t T);
+
+// Smallest tensor the k-rule is applied to: for a handful of elements the
+// ratio of two maxima of independent rounding errors is Cauchy-like and
+// exceeds any small k often (1e-3 false-failure rate at n = 8, 4e-5 at 16 for
+// k = 4, simulated), so cases must give every compared tensor >= 16 elements.
+constexpr int64_t kMinRuleElements = 16;
+bool shape_ok_for_k_rule(const ModelConfig& c, int64_t B, int64_t T);
+
+double k_limit_for(DType dtype);  // kF32KLimit or kTypedKLimit
+
+struct Comparison {
+  std::string label;
+  std::vector<KRuleResult> tensors;
+  bool pass() const;
+  double max_k() const;         // over finite k
+  double max_headroom() const;
+  std::string report(bool failures_only = false) const;  // one line per tensor
+};
+
+// K vs O with baseline P, every tensor (names: out, layers.l.conv_final, ...,
+// grad.<ParamEntry name>, d_input, layers.l.d_conv0, layers.l.d_ssm0).
+Comparison compare_model(const std::string& label, const ModelInputs& in,
+                         const ModelOutputs<float>& K, const ModelOutputs<double>& O,
+                         const ModelOutputs<float>& P);
+
+// Convenience: O, P and K for one case.
+Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
+                                    DType dtype, ScanMode scan,
+                                    gpu::GemmMath gemm = gpu::GemmMath::F32,
+                                    bool check_finite = false);
+
+}  // namespace mc::check

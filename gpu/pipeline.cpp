@@ -1,0 +1,241 @@
+// pipeline.cpp — Pipeline<T> construction (the buffer plan of pipeline.hpp,
+// allocated in one checked step), parameter/state/input upload and download,
+// the lazily allocated target buffers, and make_pipeline (runtime dtype ->
+// storage type). Explicit instantiations for float, __nv_bfloat16, __half.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "kernels/conv.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/norm.cuh"
+#include "gpu/pipeline.hpp"
+#include "kernels/reduce.cuh"
+
+namespace mc::gpu {
+
+namespace {
+
+size_t n_of(int64_t n) { return size_t(n); }
+
+std::string describe(const Dims& d, int64_t B, int64_t T, const RunOptions& opt) {
+  std::ostringstream os;
+  os << "Model(d_model=" << d.dm << ", d_inner=" << d.di << ", d_state=" << d.ds
+     << ", d_conv=" << d.dc << ", n_layers=" << d.L << ", input_dim=" << d.mid << ", B=" << B
+     << ", T=" << T << ", dtype=" << to_string(opt.dtype) << ")";
+  return os.str();
+}
+
+}  // namespace
+
+template <class T>
+Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t B, int64_t T_len,
+                      const RunOptions& opt)
+    : ctx_(ctx),
+      lay_(lay),
+      d_(lay.dims),
+      B_(B),
+      T_(T_len),
+      R_(B * T_len),
+      opt_(opt),
+      parallel_(use_parallel_scan(opt.scan, T_len, lay.dims.ds)),
+      scan_shape_{B, T_len, lay.dims.di, lay.dims.ds, lay.dims.xd},
+      gemm_(ctx.cublas(), opt.gemm),
+      fc_(opt.check_finite, ctx.stream()) {
+  kern::check_scan_shape(scan_shape_, parallel_);
+  const int64_t L = d_.L, dm = d_.dm, di = d_.di, ds = d_.ds, dc = d_.dc, dr = d_.dr,
+                xd = d_.xd, mid = d_.mid, R = R_;
+  constexpr bool typed = !std::is_same<T, float>::value;
+  BufferPlan plan;
+  // parameters
+  plan.add(params_, n_of(lay.total), "params");
+  plan.add(grads_, n_of(lay.total), "grads");
+  plan.add(a_neg_, n_of(L * di * ds), "a_neg");
+  if (typed) plan.add(wtyped_, n_of(lay.total), "params_typed");
+  // recurrent state
+  plan.add(conv_state_, n_of(L * B * di * dc), "conv_state");
+  plan.add(ssm_state_, n_of(L * B * di * ds), "ssm_state");
+  if (opt.state_grads) {
+    plan.add(d_conv0_, n_of(L * B * di * dc), "d_conv0");
+    plan.add(d_ssm0_, n_of(L * B * di * ds), "d_ssm0");
+  }
+  // input / output
+  plan.add(x_, n_of(R * mid), "input");
+  plan.add(d_out_, n_of(R * dm), "d_out");
+  plan.add(out_, n_of(R * dm), "output");
+  if (typed) {
+    plan.add(x_typed_, n_of(R * mid), "input_typed");
+    plan.add(out_typed_, n_of(R * dm), "output_typed");
+  }
+  // saved activations
+  plan.add(hs_, n_of((L + 1) * R * dm), "residual_stream");
+  plan.add(rms_, n_of(L * R), "rms");
+  plan.add(windows_, n_of(L * R * di * dc), "conv_windows");
+  plan.add(h_saved_, n_of(L * B * (T_len + 1) * di * ds), "h_saved");
+  plan.add(rms_f_, n_of(R), "norm_f_rms");
+  plan.add(post_norm_, n_of(L * R * dm), "post_norm");
+  for (auto [buf, name] : {std::pair{&z_, "gate_pre_silu"}, {&gs_, "gate_post_silu"},
+                           {&pc_, "post_conv"}, {&u_, "u"}, {&delta_raw_, "delta_raw"},
+                           {&delta_, "delta"}, {&y_, "scan_y"}, {&gated_, "gated"}})
+    plan.add(*buf, n_of(L * R * di), name);
+  plan.add(xdbl_, n_of(L * R * xd), "xdbl");
+  // forward scratch
+  plan.add(proj_, n_of(R * 2 * di), "in_proj_out");
+  plan.add(xb_, n_of(R * di), "x_branch");
+  plan.add(o_, n_of(R * dm), "out_proj_out");
+  plan.add(acc_, n_of(R * di), "dt_proj_acc");
+  // backward scratch
+  plan.add(dH_, n_of(R * dm), "d_hidden");
+  plan.add(dx_norm_, n_of(R * dm), "d_norm_input");
+  plan.add(dB_, n_of(R * ds), "dB");
+  plan.add(dC_, n_of(R * ds), "dC");
+  const size_t reduce = std::max({kern::rmsnorm_bwd_scratch_floats(R, dm),
+                                  kern::conv1d_silu_bwd_scratch_floats(B, T_len, di, dc),
+                                  kern::column_sum_scratch_floats(R, di),
+                                  kern::column_sum_scratch_floats(R, dm), size_t(1)});
+  plan.add(reduce_scratch_, reduce, "reduce_scratch");
+  plan.add(scan_scratch_, std::max<size_t>(1, kern::scan_bwd_scratch_bytes(scan_shape_)),
+           "scan_bwd_scratch");
+  if (typed) plan.add(dH_typed_, n_of(R * dm), "d_hidden_typed");
+  plan.add(dN_, n_of(R * dm), "d_post_norm");
+  for (auto [buf, name] : {std::pair{&buf_a_, "d_gated|d_delta|d_u_xproj"},
+                           {&buf_b_, "d_y|d_delta_raw|d_x_branch"}, {&dz_, "d_gate"},
+                           {&du_, "d_u"}})
+    plan.add(*buf, n_of(R * di), name);
+  plan.add(d_dt_in_, n_of(R * dr), "d_dt_in");
+  plan.add(dxdbl_, n_of(R * xd), "d_xdbl");
+  // largest tensor the finite check scans in one piece
+  const int64_t biggest = std::max({lay.total, B * (T_len + 1) * di * ds, R * di * dc,
+                                    R * 2 * di, R * mid, R * dm, L * B * di * std::max(dc, ds)});
+  fc_.plan(plan, biggest);
+  bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx.workspace_bytes());
+  // Defined contents everywhere the first use may read: zero state and grads.
+  conv_state_.zero(stream());
+  ssm_state_.zero(stream());
+  grads_.zero(stream());
+  MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "model initialisation");
+}
+
+template <class T>
+void Pipeline<T>::set_params(const float* host) {
+  params_.upload(host, n_of(lay_.total), stream());
+  if constexpr (!std::is_same<T, float>::value)
+    kern::cast_from_f32<T>(params_.get(), lay_.total, wtyped_.get(), stream());  // RN
+  for (int l = 0; l < int(d_.L); ++l)
+    kern::exp_negate(p(lay_.layers[size_t(l)].a_log), d_.di * d_.ds,
+                     a_neg_.get() + int64_t(l) * d_.di * d_.ds, stream());
+  MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "set_params");
+  have_params_ = true;
+}
+
+template <class T>
+void Pipeline<T>::set_state(const float* conv, const float* ssm) {
+  conv_state_.upload(conv, conv_state_.size(), stream());
+  ssm_state_.upload(ssm, ssm_state_.size(), stream());
+  MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "set_state");
+}
+
+template <class T>
+void Pipeline<T>::reset_state() {
+  conv_state_.zero(stream());
+  ssm_state_.zero(stream());
+  MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "reset_state");
+}
+
+template <class T>
+void Pipeline<T>::get_state(float* conv, float* ssm) {
+  conv_state_.download(conv, conv_state_.size(), stream());
+  ssm_state_.download(ssm, ssm_state_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::upload_input(const float* X) {
+  x_.upload(X, x_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::upload_d_out(const float* d_out) {
+  d_out_.upload(d_out, d_out_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::download_output(float* out) {
+  if constexpr (!std::is_same<T, float>::value)
+    kern::cast_to_f32<T>(out_typed_.get(), R_ * d_.dm, out_.get(), stream());
+  out_.download(out, out_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::download_grads(float* grads) {
+  grads_.download(grads, grads_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::download_state_grads(float* d_conv0, float* d_ssm0) {
+  if (!opt_.state_grads)
+    throw std::logic_error("state gradients were requested but RunOptions::state_grads is false");
+  if (d_conv0) d_conv0_.download(d_conv0, d_conv0_.size(), stream());
+  if (d_ssm0) d_ssm0_.download(d_ssm0, d_ssm0_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::download_d_input(float* d_input) {
+  if (!have_d_input_) throw std::logic_error("d_input was not computed by the last backward");
+  d_input_.download(d_input, d_input_.size(), stream());
+}
+
+template <class T>
+void Pipeline<T>::ensure_target_buffers() {
+  if (tgt_) return;
+  auto t = std::make_unique<TargetBuffers<T>>();
+  const int64_t L = d_.L, dm = d_.dm, di = d_.di, R = R_;
+  BufferPlan plan;
+  plan.add(t->x, n_of(R * d_.mid), "target_input");
+  plan.add(t->cur, n_of(R * dm), "target_residual");
+  plan.add(t->rms, n_of(R), "target_rms");
+  plan.add(t->conv, n_of(L * B_ * di * d_.dc), "target_conv_state");
+  plan.add(t->ssm, n_of(L * B_ * di * d_.ds), "target_ssm_state");
+  plan.add(t->target, n_of(B_ * dm), "target_output");
+  if constexpr (!std::is_same<T, float>::value) plan.add(t->x_typed, n_of(R * d_.mid), "target_input_typed");
+  plan.add(t->post_norm, n_of(R * dm), "target_post_norm");
+  for (auto [buf, name] :
+       {std::pair{&t->z, "target_gate_pre_silu"}, {&t->gs, "target_gate_post_silu"},
+        {&t->u, "target_u"}, {&t->delta_raw, "target_delta_raw"}, {&t->delta, "target_delta"},
+        {&t->y, "target_scan_y"}, {&t->gated, "target_gated"}})
+    plan.add(*buf, n_of(R * di), name);
+  plan.add(t->xdbl, n_of(R * d_.xd), "target_xdbl");
+  plan.add(t->out, n_of(R * dm), "target_norm_f_out");
+  bytes_ += int64_t(plan.allocate_all("target forward buffers"));
+  tgt_ = std::move(t);
+}
+
+// With check_finite, the external inputs of a forward are checked first, so a
+// later non-finite step output is attributed to that step.
+template <class T>
+void Pipeline<T>::check_external_inputs_forward() {
+  if (!fc_.enabled()) return;
+  fc_.check("input", -1, "params", params_.get(), lay_.total);
+  fc_.check("input", -1, "X", x_.get(), R_ * d_.mid);
+  fc_.check("input", -1, "conv_state", conv_state_.get(), int64_t(conv_state_.size()));
+  fc_.check("input", -1, "ssm_state", ssm_state_.get(), int64_t(ssm_state_.size()));
+}
+
+std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const ParamLayout& lay,
+                                            int64_t B, int64_t T, const RunOptions& opt) {
+  switch (opt.dtype) {
+    case DType::F32: return std::make_unique<Pipeline<float>>(ctx, lay, B, T, opt);
+    case DType::BF16: return std::make_unique<Pipeline<__nv_bfloat16>>(ctx, lay, B, T, opt);
+    case DType::F16: return std::make_unique<Pipeline<__half>>(ctx, lay, B, T, opt);
+  }
+  throw ConfigError("dtype: unknown value");
+}
+
+template class Pipeline<float>;
+template class Pipeline<__nv_bfloat16>;
+template class Pipeline<__half>;
+
+}  // namespace mc::gpu

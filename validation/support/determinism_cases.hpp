@@ -1,0 +1,95 @@
+// determinism_cases.hpp — the problems the determinism suite
+// (test_determinism.cpp) and its cross-process probe (determinism_probe.cpp)
+// run. Both must build bit-identical inputs, so both take them from here.
+//
+// Shape: d_model 64, 2 layers, d_conv 4, expand 2 (d_inner 128), input 48,
+// B 2, T 300, non-zero initial states (problem.hpp, seed kSeed). Routes: every
+// storage dtype with the sequential scan (d_state 16) and the parallel scan
+// (d_state 16, and 128 which only the parallel kernel supports); f32 GEMMs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "check/determinism.hpp"
+#include "check/model_check.hpp"
+#include "gpu/model.hpp"
+
+namespace mc::testing::det {
+
+constexpr int64_t kB = 2;
+constexpr int64_t kT = 300;
+constexpr uint64_t kSeed = 0x5eed0005;
+
+struct Route {
+  DType dtype;
+  ScanMode scan;
+  int d_state;
+};
+
+// "f32/sequential/ds16"
+inline std::string route_name(const Route& r) {
+  return std::string(to_string(r.dtype)) + "/" + to_string(r.scan) + "/ds" +
+         std::to_string(r.d_state);
+}
+
+inline ModelConfig config(int d_state) {
+  ModelConfig c;
+  c.d_model = 64;
+  c.d_state = d_state;
+  c.d_conv = 4;
+  c.expand = 2;
+  c.n_layers = 2;
+  c.input_dim = 48;
+  return c;
+}
+
+inline std::string shape_text(int d_state, int64_t B = kB) {
+  return "B" + std::to_string(B) + " T" + std::to_string(kT) + " dm64 L2 ds" +
+         std::to_string(d_state) + " dc4 expand2 mid48";
+}
+
+inline std::vector<Route> routes() {
+  std::vector<Route> r;
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    r.push_back({t, ScanMode::Sequential, 16});
+    r.push_back({t, ScanMode::Parallel, 16});
+    r.push_back({t, ScanMode::Parallel, 128});
+  }
+  return r;
+}
+
+inline check::ModelInputs inputs(const Route& r, int64_t B = kB) {
+  return check::make_model_inputs(config(r.d_state), B, kT, kSeed, r.dtype);
+}
+
+inline gpu::RunOptions options(const Route& r, int device) {
+  gpu::RunOptions o;
+  o.dtype = r.dtype;
+  o.scan = r.scan;
+  o.gemm = gpu::GemmMath::F32;
+  o.state_grads = true;
+  o.device = device;
+  return o;
+}
+
+// Forward tensors followed by backward tensors of one run, names prefixed
+// with the route ("f32/parallel/ds16/grad.layers.0.in_proj_w").
+inline check::TensorList route_tensors(const Route& r, const check::ModelInputs& in,
+                                       const check::ModelOutputs<float>& o) {
+  check::TensorList t = check::forward_tensors(in, o);
+  for (auto& x : check::backward_tensors(in, o)) t.push_back(std::move(x));
+  for (auto& x : t) x.name = route_name(r) + "/" + x.name;
+  return t;
+}
+
+// One fresh Model on `device`, one forward + backward: the route's tensors.
+inline check::TensorList run_route_once(const Route& r, int device) {
+  const check::ModelInputs in = inputs(r);
+  gpu::Model m(in.cfg, in.B, in.T, options(r, device));
+  return route_tensors(r, in, check::run_forward_backward(m, in));
+}
+
+}  // namespace mc::testing::det

@@ -1,0 +1,31 @@
+// gpu_test.hpp — the GoogleTest fixture every GPU test derives from: it skips
+// with the reason ("no CUDA device: ...") when no GPU can be used, so CI on a
+// GPU-less machine reports the GPU suites as skipped, not failed. With a GPU
+// it makes the test's device current and the default of RunOptions::device:
+// the one CTest resource allocation assigned, else device 0
+// (gpu_allocation.hpp; scripts/ctest_gpu_resources.sh).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "check/gpu_allocation.hpp"
+#include "gpu/model.hpp"
+
+namespace mc::testing {
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    if (!mc::gpu::gpu_available(&reason)) GTEST_SKIP() << reason;
+    const GpuAllocation& a = ctest_gpu_allocation();
+    // Thrown (not FAIL()) so that derived fixtures' SetUp stops here too.
+    if (!a.error.empty()) throw std::runtime_error("GPU test allocation: " + a.error);
+    mc::gpu::select_device(a.device);  // ConfigError if CTest names a device we cannot see
+  }
+};
+
+}  // namespace mc::testing

@@ -1,0 +1,280 @@
+// precision_harness.hpp — the shared part of the mixed-precision (bf16/f16)
+// suites, test_precision.cpp (rapidcheck shapes) and
+// test_precision_model.cpp (model-like shapes). One case = one problem in one
+// dtype: the inputs are quantised to the dtype (make_model_inputs), the f64
+// oracle O and the same-precision float baseline P (Storage rounding at the
+// GPU's typed storage points) run ONCE, the GPU pipeline K runs once per scan
+// mode (with check_finite, so a NaN/Inf is reported with its step, tensor and
+// index instead of as a precision failure), and every output, final state
+// and gradient tensor is compared with the k-rule of compare.hpp:
+//     max|K-O| <= kTypedKLimit (= 2) * max|P-O| + 2 ulp_dtype(max|O|).
+// k, max abs, max rel (floor 1e-3 max|O|), NMSE and the ULP distance in the
+// dtype are reported per tensor; the largest k per tensor FAMILY (out,
+// conv_final, ssm_final, d_input, d_conv0, d_ssm0, grad.<param kind>, the
+// layer index dropped) is printed as a table and recorded (RecordProperty).
+//
+// JSON: with MAMBACHECK_PRECISION_JSON=<path> every compared tensor becomes
+// one "precision" row (reports/README.md schema, context from
+// report_json.hpp) of that one file. ctest runs every test in its own
+// process, so each test MERGES its rows at its end (report::
+// merge_validation_rows: file lock, rows keyed by "<Suite>.<Test>|dtype|
+// shape|scan|seed|tensor"; a rerun of a test replaces that test's rows and
+// keeps the others'). Use a fresh path per session.
+//
+// Header only: it uses gtest, and each GPU suite is its own executable.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "check/compare.hpp"
+#include "core/config.hpp"
+#include "validation/support/gpu_test.hpp"
+#include "check/model_check.hpp"
+#include "gpu/model.hpp"
+#include "check/report_json.hpp"
+
+namespace mc::testing {
+
+// ---- tensor families ------------------------------------------------------------
+
+// "layers.3.conv_final" -> "conv_final", "grad.layers.0.in_proj_w" -> "grad.in_proj_w",
+// "out" / "grad.input_proj_w" unchanged. A setup note in parentheses is dropped.
+inline std::string tensor_family(const std::string& tensor) {
+  std::string s = tensor.substr(0, tensor.find(" ("));
+  const std::string key = "layers.";
+  const size_t p = s.find(key);
+  if (p == std::string::npos) return s;
+  size_t q = p + key.size();
+  while (q < s.size() && std::isdigit(static_cast<unsigned char>(s[q]))) ++q;
+  if (q < s.size() && s[q] == '.' && q > p + key.size()) s.erase(p, q + 1 - p);
+  return s;
+}
+
+// The largest k per family over every comparison added (cases, scan modes).
+class FamilyTable {
+ public:
+  void add(const check::Comparison& c, const std::string& scan) {
+    for (const check::KRuleResult& r : c.tensors) {
+      const std::string fam = tensor_family(r.tensor);
+      auto it = rows_.find(fam);
+      if (it == rows_.end()) {
+        order_.push_back(fam);
+        rows_[fam] = Row{r, scan, c.label, 1};
+        continue;
+      }
+      Row& w = it->second;
+      ++w.count;
+      // Worst = the largest k; a failing or non-finite k always wins.
+      const bool worse = (!r.pass && w.r.pass) || (r.pass == w.r.pass && !(r.k <= w.r.k));
+      if (worse) w = Row{r, scan, c.label, w.count};
+    }
+  }
+  bool empty() const { return rows_.empty(); }
+  double max_k() const {
+    double k = 0;
+    for (const auto& [f, w] : rows_)
+      if (std::isfinite(w.r.k)) k = std::max(k, w.r.k);
+    return k;
+  }
+  bool all_pass() const {
+    for (const auto& [f, w] : rows_)
+      if (!w.r.pass) return false;
+    return !rows_.empty();
+  }
+  // One line per family: the worst tensor's k and metrics, and where it was.
+  std::string str(const std::string& title, bool with_case) const {
+    std::ostringstream os;
+    char buf[400];
+    os << title << "\n";
+    std::snprintf(buf, sizeof buf, "  %-22s %5s %8s  %-26s %10s %10s %9s %9s %6s %-10s%s\n",
+                  "family", "n", "max k", "tensor (worst)", "max|K-O|", "max|P-O|", "max rel",
+                  "nmse", "ulp", "scan", with_case ? "  case" : "");
+    os << buf;
+    for (const std::string& f : order_) {
+      const Row& w = rows_.at(f);
+      std::snprintf(buf, sizeof buf,
+                    "  %-22s %5d %8.3g  %-26s %10.3g %10.3g %9.3g %9.3g %6.0f %-10s%s%s%s\n",
+                    f.c_str(), w.count, w.r.k, w.r.tensor.substr(0, 26).c_str(),
+                    w.r.kernel.max_abs, w.r.baseline.max_abs, w.r.kernel.max_rel, w.r.kernel.nmse,
+                    w.r.kernel.max_ulp, w.scan.c_str(), w.r.pass ? "" : " FAIL",
+                    with_case ? "  " : "", with_case ? w.label.c_str() : "");
+      os << buf;
+    }
+    std::snprintf(buf, sizeof buf, "  max k over all families: %.3g (limit %.3g)\n", max_k(),
+                  check::kTypedKLimit);
+    os << buf;
+    return os.str();
+  }
+  // RecordProperty("<prefix>kmax.<family>", k) for every family.
+  void record(const std::string& prefix) const {
+    for (const std::string& f : order_)
+      ::testing::Test::RecordProperty(prefix + "kmax." + f, std::to_string(rows_.at(f).r.k));
+  }
+
+ private:
+  struct Row {
+    check::KRuleResult r;
+    std::string scan, label;
+    int count = 0;
+  };
+  std::vector<std::string> order_;
+  std::map<std::string, Row> rows_;
+};
+
+// ---- JSON rows of this process --------------------------------------------------
+
+class PrecisionJson {
+ public:
+  static PrecisionJson& instance() {
+    static PrecisionJson j;
+    return j;
+  }
+  static const char* env() { return std::getenv("MAMBACHECK_PRECISION_JSON"); }
+  static bool enabled() { return env() && *env(); }
+
+  void add(const check::Comparison& c, DType dtype, const std::string& shape, ScanMode scan,
+           uint64_t seed) {
+    if (!enabled()) return;
+    const std::string test = current_test_name();
+    const std::string seed_s = std::to_string(seed);  // unsigned 64-bit
+    for (const check::KRuleResult& r : c.tensors) {
+      const std::string id = test + "|" + to_string(dtype) + "|" + shape + "|" +
+                             to_string(scan) + "|" + seed_s + "|" + r.tensor;
+      rows_.push_back(report::with_id(
+          id, report::precision_row_json(to_string(dtype), shape, r,
+                                         {{"scan", report::json_string(to_string(scan))},
+                                          {"seed", seed_s},
+                                          {"suite", report::json_string(test)}})));
+    }
+  }
+
+  // Merges this test's rows (if any) into the file and clears them. Called
+  // from TearDown.
+  void flush() {
+    if (!enabled() || rows_.empty()) return;
+    const std::string path = env();
+    const std::string context = report::context_json(
+        "validation/gpu precision suites (test_precision, test_precision_model)",
+        gpu::gpu_available(),
+        {{"f32_gemm", report::json_string("f32")},
+         {"k_limit", report::json_number(check::kTypedKLimit)},
+         {"check_finite", report::json_bool(true)}},
+        gpu::default_device());
+    report::merge_validation_rows(path, context, "precision", current_test_name() + "|", rows_);
+    std::cout << "precision JSON: " << rows_.size() << " rows of " << current_test_name()
+              << " merged into " << path << "\n";
+    rows_.clear();
+  }
+
+ private:
+  static std::string current_test_name() {
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    return t ? std::string(t->test_suite_name()) + "." + t->name() : "unknown";
+  }
+  std::vector<std::string> rows_;
+};
+
+// GPU fixture of the precision suites: skips without a device (GpuTest) and
+// writes the JSON rows of the test when MAMBACHECK_PRECISION_JSON is set.
+class PrecisionTest : public GpuTest {
+ protected:
+  void TearDown() override { PrecisionJson::instance().flush(); }
+};
+
+// ---- one case ---------------------------------------------------------------------
+
+// The comparisons of one (problem, dtype): one per scan mode, or an error
+// (a NonFiniteError from check_finite) that says where the first NaN/Inf is.
+struct PrecisionCase {
+  std::string shape;                     // describe(cfg, B, T)
+  DType dtype = DType::BF16;
+  std::vector<ScanMode> scans;
+  std::vector<check::Comparison> comparisons;  // parallel to scans (up to the error)
+  std::string error;                     // non-empty: a GPU run hit a NaN/Inf
+  double seconds_O = 0, seconds_P = 0, seconds_K = 0;
+
+  bool pass() const {
+    if (!error.empty() || comparisons.size() != scans.size()) return false;
+    for (const auto& c : comparisons)
+      if (!c.pass()) return false;
+    return !comparisons.empty();
+  }
+  double max_k() const {
+    double k = 0;
+    for (const auto& c : comparisons) k = std::max(k, c.max_k());
+    return k;
+  }
+  // The tensor closest to failing, over the scan modes.
+  std::string worst() const {
+    const check::KRuleResult* w = nullptr;
+    std::string scan;
+    for (size_t i = 0; i < comparisons.size(); ++i)
+      for (const auto& r : comparisons[i].tensors)
+        if (!w || !(r.headroom <= w->headroom)) {
+          w = &r;
+          scan = to_string(scans[i]);
+        }
+    if (!w) return "(no tensors)";
+    std::ostringstream os;
+    os << "worst " << w->tensor << " (" << scan << ") k=" << w->k << " headroom=" << w->headroom;
+    return os.str();
+  }
+  std::string failures() const {
+    std::string s = error.empty() ? "" : error + "\n";
+    for (const auto& c : comparisons) s += c.report(/*failures_only=*/true);
+    return s;
+  }
+};
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// O and P once, then K and the comparison per scan mode (check_finite on).
+// Rows go to the JSON collector; nothing is asserted here.
+inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
+                                        uint64_t seed, DType dtype,
+                                        const std::vector<ScanMode>& scans) {
+  PrecisionCase pc;
+  pc.shape = check::describe(cfg, B, T);
+  pc.dtype = dtype;
+  pc.scans = scans;
+  const check::ModelInputs in = check::make_model_inputs(cfg, B, T, seed, dtype);
+  auto t0 = std::chrono::steady_clock::now();
+  const check::ModelOutputs<double> O = check::oracle_run<double>(in, DType::F32);
+  pc.seconds_O = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const check::ModelOutputs<float> P = check::oracle_run<float>(in, dtype);
+  pc.seconds_P = seconds_since(t0);
+  for (ScanMode m : scans) {
+    t0 = std::chrono::steady_clock::now();
+    check::ModelOutputs<float> K;
+    try {
+      K = check::gpu_run(in, m, gpu::GemmMath::F32, /*check_finite=*/true);
+    } catch (const gpu::NonFiniteError& e) {
+      pc.error = std::string(e.overflow ? "f16 OVERFLOW" : "NON-FINITE") + " (" + pc.shape +
+                 " dtype=" + to_string(dtype) + " scan=" + to_string(m) + ") at step '" + e.step +
+                 "', tensor '" + e.tensor + "', index " + std::to_string(e.index) + ": " + e.what();
+      break;
+    }
+    pc.seconds_K += seconds_since(t0);
+    pc.comparisons.push_back(check::compare_model(
+        pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m), in, K, O, P));
+    PrecisionJson::instance().add(pc.comparisons.back(), dtype, pc.shape, m, seed);
+  }
+  return pc;
+}
+
+}  // namespace mc::testing
