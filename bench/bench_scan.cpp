@@ -1,10 +1,13 @@
 // bench_scan.cpp — Google Benchmark of the selective scan alone
-// (kernels/scan.cuh: forward, backward, forward+backward; sequential and
-// chunked-parallel; f32 / bf16 / f16 storage), issue 5's `bench_scan --sweep`.
+// (kernels/scan/scan.hpp: forward, backward, forward+backward; every route —
+// checkpointed with the hardware and the accurate exp, chunked, sequential;
+// f32 / bf16 / f16 storage).
 //
 // Method (also written into the JSON context):
-//   * fixed B and d_inner (default B=4, d_inner=1536 = the mamba-130m layer
-//     width); cases are (op, dtype, mode, T, d_state);
+//   * fixed B and d_inner (default B=8, d_inner=1536 = the mamba-130m layer
+//     width); cases are (op, dtype, route, T, d_state); by default the cases
+//     of the scan performance targets: T 512 / 2048 / 8192 at d_state 16 and
+//     T 2048 at d_state 256 (--cases=T:ds,... for others, --sweep for a grid);
 //   * timing: manual time from cudaEvents recorded on the stream around the
 //     launch(es) only; one warm-up launch per case; before every timed
 //     iteration (outside the events) the state is reset (h <- h0, dD/dA_log
@@ -14,8 +17,15 @@
 //     GBps = min_bytes/t (kernels/scan.cuh traffic model), GBps_impl adds the
 //     bytes this implementation moves beyond the minimum, pct_peak_bw =
 //     100*GBps/peak where the peak is the device-to-device copy measured at the
-//     start of the same run, speedup_vs_sequential = t(sequential, same case)/t,
-//     speedup_vs_f32 = t(f32, same case)/t — ratios, never asserted;
+//     start of the same run, speedup_vs_chunked = t(chunked seed route, same
+//     case)/t, speedup_vs_f32 = t(f32, same case)/t — ratios, never asserted;
+//   * beside each case the physical floor: floor_us = max(bytes_min / peak
+//     copy bandwidth, exps / (16 per clock per SM x SMs x max SM clock)), with
+//     exps = B*T*di*ds per pass (forward 1, backward 1, fwdbwd 2), and x_floor
+//     = t / floor_us (kFloorFormula, in the JSON context);
+//   * scan_mem_bytes: what the scan itself allocates for the case (saved
+//     states + backward workspace), beside total_alloc_bytes (with its inputs
+//     and outputs);
 //   * before timing, a correctness disposition (CUTLASS habit): all outputs
 //     finite, and the channels (b, d) = (0, 0) and (B-1, di-1) equal to an f64
 //     host recomputation within a forward error bound (scan_sanity.hpp);
@@ -44,7 +54,7 @@
 #include "kernels/cuda_check.hpp"
 #include "bench/cuda_util.hpp"
 #include "bench/device_fill.cuh"
-#include "kernels/scan.cuh"
+#include "kernels/scan/scan.hpp"
 #include "bench/scan_sanity.hpp"
 #include "bench/shard_launcher.hpp"
 #include "core/storage.hpp"
@@ -54,62 +64,113 @@ namespace {
 
 constexpr const char* kProgram = "bench_scan";
 
+namespace scan = kern::scan;
+
 enum class Op { Fwd, Bwd, FwdBwd };
 const char* op_name(Op o) { return o == Op::Fwd ? "fwd" : (o == Op::Bwd ? "bwd" : "fwdbwd"); }
 bool has_fwd(Op o) { return o != Op::Bwd; }
 bool has_bwd(Op o) { return o != Op::Fwd; }
 
+// A route and its exponential ("checkpointed-hw", "checkpointed-acc", "chunked", "sequential").
+struct Run {
+  scan::Route route;
+  scan::ExpMath exp;
+};
+std::string run_name(const Run& r) {
+  if (r.route != scan::Route::Checkpointed) return to_string(r.route);
+  return std::string("checkpointed-") + (r.exp == scan::ExpMath::Hardware ? "hw" : "acc");
+}
+Run parse_run(const std::string& s) {
+  if (s == "checkpointed-hw" || s == "ckpt-hw") return {scan::Route::Checkpointed, scan::ExpMath::Hardware};
+  if (s == "checkpointed-acc" || s == "ckpt-acc") return {scan::Route::Checkpointed, scan::ExpMath::Accurate};
+  if (s == "chunked") return {scan::Route::Chunked, scan::ExpMath::Accurate};
+  if (s == "sequential") return {scan::Route::Sequential, scan::ExpMath::Accurate};
+  throw ConfigError("routes: '" + s +
+                    "' is not one of checkpointed-hw|checkpointed-acc|chunked|sequential");
+}
+
 struct ScanCase {
   Op op;
   DType dtype;
-  bool parallel;
+  Run run;
   int64_t T, ds;
   int group;  // index of the (T, ds) pair: the unit of sharding and of baselines
   std::string name;
 };
 
-std::string case_key(Op op, DType dt, bool parallel, int64_t T, int64_t ds) {
+std::string case_key(Op op, DType dt, const std::string& run, int64_t T, int64_t ds) {
   std::ostringstream os;
-  os << "scan_" << op_name(op) << "/" << to_string(dt) << "/"
-     << (parallel ? "parallel" : "sequential") << "/T:" << T << "/ds:" << ds;
+  os << "scan_" << op_name(op) << "/" << to_string(dt) << "/" << run << "/T:" << T
+     << "/ds:" << ds;
   return os.str();
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 int elem_bytes(DType d) { return d == DType::F32 ? 4 : 2; }
 
 // ---------------------------------------------------------------------------
 // The case list. Order inside a (T, ds) group: op, then dtype (f32 first), then
-// sequential before parallel, so each case's baselines ran just before it.
+// the routes in --routes order (the cross-check routes first by default), so each
+// case's baselines ran just before it.
 std::vector<ScanCase> make_cases(const BenchFlags& f) {
-  std::vector<int64_t> Ts, dss;
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (T, ds)
   std::vector<DType> dts{DType::F32, DType::BF16, DType::F16};
-  if (f.sweep) {
-    Ts = {128, 512, 2048, 8192, 32768};
-    dss = {16, 32, 64, 128, 256};
+  if (f.values.count("cases")) {
+    for (const std::string& c : split_list(f.values.at("cases"))) {
+      const size_t colon = c.find(':');
+      if (colon == std::string::npos)
+        throw ConfigError("cases: '" + c + "' is not T:d_state (e.g. 2048:16)");
+      shapes.emplace_back(std::stoll(c.substr(0, colon)), std::stoll(c.substr(colon + 1)));
+    }
+  } else if (f.sweep) {
+    for (int64_t T : {128, 512, 2048, 8192, 32768})
+      for (int64_t ds : {16, 32, 64, 128, 256}) shapes.emplace_back(T, ds);
   } else if (f.quick) {
-    Ts = {512};
-    dss = {16};
+    shapes = {{512, 16}};
     dts = {DType::F32, DType::BF16};
   } else {
-    Ts = {512, 2048};
-    dss = {16, 128};
+    shapes = {{512, 16}, {2048, 16}, {8192, 16}, {2048, 256}};
   }
+  if (f.values.count("dtypes")) {
+    dts.clear();
+    for (const std::string& d : split_list(f.values.at("dtypes"))) dts.push_back(parse_dtype(d));
+  }
+  std::vector<Run> runs;
+  for (const std::string& r :
+       split_list(f.values.count("routes") ? f.values.at("routes")
+                                           : "sequential,chunked,checkpointed-acc,checkpointed-hw"))
+    runs.push_back(parse_run(r));
   std::vector<ScanCase> out;
   int group = 0;
-  for (int64_t T : Ts)
-    for (int64_t ds : dss) {
-      for (Op op : {Op::Fwd, Op::Bwd, Op::FwdBwd})
-        for (DType dt : dts)
-          for (bool par : {false, true}) {
-            if (!par && ds > Limits::kMaxSeqScanDState) continue;  // sequential: ds <= 64
-            out.push_back({op, dt, par, T, ds, group, case_key(op, dt, par, T, ds)});
-          }
-      ++group;
-    }
+  for (const auto& [T, ds] : shapes) {
+    for (Op op : {Op::Fwd, Op::Bwd, Op::FwdBwd})
+      for (DType dt : dts)
+        for (const Run& r : runs) {
+          if (r.route == scan::Route::Sequential && ds > Limits::kMaxSeqScanDState) continue;
+          out.push_back({op, dt, r, T, ds, group, case_key(op, dt, run_name(r), T, ds)});
+        }
+    ++group;
+  }
   return out;
 }
 
 // ---------------------------------------------------------------------------
+// Bytes the scan itself allocates for a case: the states the forward saves
+// and, with a backward, its workspace.
+size_t case_scan_bytes(const ScanCase& c, int64_t B, int64_t di) {
+  const scan::Shape s{B, c.T, di, c.ds};
+  return 4 * scan::saved_floats(s, c.run.route) +
+         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route) : 0);
+}
+
 // Bytes a case allocates (checked against the budget before allocating).
 size_t case_alloc_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const size_t e = size_t(elem_bytes(c.dtype));
@@ -117,30 +178,37 @@ size_t case_alloc_bytes(const ScanCase& c, int64_t B, int64_t di) {
   size_t n = 3 * BT * D * e          // delta, u, y
              + 2 * BT * ds * e       // Bm, Cm
              + 4 * (D * ds + D)      // a_neg, D
-             + 2 * 4 * size_t(B) * D * ds                      // h, h0
-             + 4 * size_t(B) * size_t(c.T + 1) * D * ds;       // h_saved
-  if (has_bwd(c.op)) {
-    kern::ScanShape s{B, c.T, di, c.ds, c.ds};
+             + 2 * 4 * size_t(B) * D * ds;  // h, h0
+  if (has_bwd(c.op))
     n += 3 * BT * D * e                // dy, d_delta, du
          + 2 * 4 * BT * ds             // dB, dC
-         + 4 * (D + D * ds)            // dD, dA_log
-         + kern::scan_bwd_scratch_bytes(s);
-  }
-  return n;
+         + 4 * (D + D * ds);           // dD, dA_log
+  return n + case_scan_bytes(c, B, di);
 }
 
 size_t case_min_bytes(const ScanCase& c, int64_t B, int64_t di) {
-  kern::ScanShape s{B, c.T, di, c.ds, c.ds};
+  const scan::Shape s{B, c.T, di, c.ds};
   const int e = elem_bytes(c.dtype);
   size_t n = 0;
-  if (has_fwd(c.op)) n += kern::scan_fwd_min_bytes(s, e, /*save=*/true);
-  if (has_bwd(c.op)) n += kern::scan_bwd_min_bytes(s, e);
+  if (has_fwd(c.op)) n += scan::forward_traffic(s, c.run.route, e, /*save=*/true).min_bytes;
+  if (has_bwd(c.op)) n += scan::backward_traffic(s, c.run.route, e).min_bytes;
   return n;
 }
 
 size_t case_impl_bytes(const ScanCase& c, int64_t B, int64_t di) {
-  kern::ScanShape s{B, c.T, di, c.ds, c.ds};
-  return case_min_bytes(c, B, di) + (has_bwd(c.op) ? kern::scan_bwd_extra_bytes(s, c.parallel) : 0);
+  const scan::Shape s{B, c.T, di, c.ds};
+  const int e = elem_bytes(c.dtype);
+  size_t n = case_min_bytes(c, B, di);
+  if (has_fwd(c.op)) n += scan::forward_traffic(s, c.run.route, e, /*save=*/true).route_bytes;
+  if (has_bwd(c.op)) n += scan::backward_traffic(s, c.run.route, e).route_bytes;
+  return n;
+}
+
+// Exponentials any implementation must evaluate: one per element and pass
+// (the backward needs dA again: stored, or recomputed).
+double case_min_exps(const ScanCase& c, int64_t B, int64_t di) {
+  const double per_pass = double(B) * double(c.T) * double(di) * double(c.ds);
+  return per_pass * ((has_fwd(c.op) ? 1 : 0) + (has_bwd(c.op) ? 1 : 0));
 }
 
 // ---------------------------------------------------------------------------
@@ -209,7 +277,7 @@ template <class T>
 class TypedScanRun final : public ScanRun {
  public:
   TypedScanRun(const ScanCase& c, int64_t B, int64_t di, cudaStream_t s)
-      : c_(c), shape_{B, c.T, di, c.ds, c.ds} {
+      : c_(c), shape_{B, c.T, di, c.ds} {
     const int64_t BT = B * c.T, ds = c.ds;
     const size_t e = sizeof(T);
     delta_ = DeviceBuffer(size_t(BT * di) * e, "delta [B,T,di]");
@@ -221,7 +289,8 @@ class TypedScanRun final : public ScanRun {
     D_ = DeviceBuffer(size_t(di) * 4, "D [di]");
     h_ = DeviceBuffer(size_t(B * di * ds) * 4, "h [B,di,ds]");
     h0_ = DeviceBuffer(size_t(B * di * ds) * 4, "h0 [B,di,ds]");
-    h_saved_ = DeviceBuffer(size_t(B * (c.T + 1) * di * ds) * 4, "h_saved [B,T+1,di,ds]");
+    saved_ = DeviceBuffer(scan::saved_floats(shape_, c.run.route) * 4,
+                          std::string("saved states (") + run_name(c.run) + ")");
     if (has_bwd(c.op)) {
       dy_ = DeviceBuffer(size_t(BT * di) * e, "dy [B,T,di]");
       d_delta_ = DeviceBuffer(size_t(BT * di) * e, "d_delta [B,T,di]");
@@ -230,7 +299,8 @@ class TypedScanRun final : public ScanRun {
       dC_ = DeviceBuffer(size_t(BT * ds) * 4, "dC [B*T,ds]");
       dD_ = DeviceBuffer(size_t(di) * 4, "dD [di]");
       dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
-      scratch_ = DeviceBuffer(kern::scan_bwd_scratch_bytes(shape_), "scan backward scratch");
+      ws_ = DeviceBuffer(std::max<size_t>(1, scan::bwd_workspace_bytes(shape_, c.run.route)),
+                         "scan backward workspace");
     }
     fill_inputs(s);
   }
@@ -262,7 +332,7 @@ class TypedScanRun final : public ScanRun {
     Disposition d;
     check_finite(d, "y", y_.as<T>(), y_.bytes() / sizeof(T), s);
     check_finite(d, "h_final", h_.as<float>(), h_.bytes() / 4, s);
-    check_finite(d, "h_saved", h_saved_.as<float>(), h_saved_.bytes() / 4, s);
+    check_finite(d, "saved", saved_.as<float>(), saved_.bytes() / 4, s);
     if (has_bwd(c_.op)) {
       check_finite(d, "d_delta", d_delta_.as<T>(), d_delta_.bytes() / sizeof(T), s);
       check_finite(d, "du", du_.as<T>(), du_.bytes() / sizeof(T), s);
@@ -278,16 +348,45 @@ class TypedScanRun final : public ScanRun {
 
  private:
   void run_fwd(cudaStream_t s) {
-    kern::scan_fwd<T>(c_.parallel, shape_, delta_.as<T>(), u_.as<T>(), Bm_.as<T>(), Cm_.as<T>(),
-                      a_neg_.as<float>(), D_.as<float>(), h_.as<float>(), h_saved_.as<float>(),
-                      y_.as<T>(), s);
+    scan::FwdParams<T> p;
+    p.shape = shape_;
+    p.route = c_.run.route;
+    p.exp = c_.run.exp;
+    p.delta = {delta_.as<T>(), 0};
+    p.u = {u_.as<T>(), 0};
+    p.Bm = {Bm_.as<T>(), 0};
+    p.Cm = {Cm_.as<T>(), 0};
+    p.a_neg = a_neg_.as<float>();
+    p.D = D_.as<float>();
+    p.h0 = h_.as<float>();  // in place: read as the initial, written as the final state
+    p.h_final = h_.as<float>();
+    p.saved = saved_.as<float>();
+    p.y = {y_.as<T>(), 0};
+    scan::forward<T>(p, s);
   }
 
   void run_bwd(cudaStream_t s) {
-    kern::scan_bwd<T>(c_.parallel, shape_, delta_.as<T>(), u_.as<T>(), Bm_.as<T>(), Cm_.as<T>(),
-                      a_neg_.as<float>(), D_.as<float>(), h_saved_.as<float>(), dy_.as<T>(),
-                      d_delta_.as<T>(), du_.as<T>(), dB_.as<float>(), dC_.as<float>(),
-                      dD_.as<float>(), dA_log_.as<float>(), /*dh0=*/nullptr, scratch_.get(), s);
+    scan::BwdParams<T> p;
+    p.shape = shape_;
+    p.route = c_.run.route;
+    p.exp = c_.run.exp;
+    p.delta = {delta_.as<T>(), 0};
+    p.u = {u_.as<T>(), 0};
+    p.Bm = {Bm_.as<T>(), 0};
+    p.Cm = {Cm_.as<T>(), 0};
+    p.a_neg = a_neg_.as<float>();
+    p.D = D_.as<float>();
+    p.saved = saved_.as<float>();
+    p.dy = {dy_.as<T>(), 0};
+    p.d_delta = {d_delta_.as<T>(), 0};
+    p.du = {du_.as<T>(), 0};
+    p.dB = {dB_.as<float>(), 0};
+    p.dC = {dC_.as<float>(), 0};
+    p.dD = dD_.as<float>();
+    p.dA_log = dA_log_.as<float>();
+    p.workspace = ws_.get();
+    p.workspace_bytes = ws_.bytes();
+    scan::backward<T>(p, s);
   }
 
   // Inputs: Δ log-uniform in [1e-3, 0.1] (softplus of the spec's dt bias
@@ -337,7 +436,8 @@ class TypedScanRun final : public ScanRun {
     in.h0 = to_double(fetch_span<float>(h0_.as<float>() + (b * di + d) * ds, ds, s));
     in.a.assign(a_host_.begin() + d * ds, a_host_.begin() + (d + 1) * ds);
     in.D = D_host_[size_t(d)];
-    in.composition_depth = c_.parallel ? parallel_composition_depth(len) : 0;
+    in.composition_depth =
+        c_.run.route == scan::Route::Chunked ? parallel_composition_depth(len) : 0;
     if (has_bwd(c_.op)) in.dy = to_double(fetch_column<T>(dy_.as<T>() + row0 * di, len, di, d, s));
     const ChannelResult r = channel_reference(in, has_bwd(c_.op));
     const std::string at = "(b=" + std::to_string(b) + ",d=" + std::to_string(d) + ")";
@@ -353,9 +453,9 @@ class TypedScanRun final : public ScanRun {
   }
 
   ScanCase c_;
-  kern::ScanShape shape_;
-  DeviceBuffer delta_, u_, y_, Bm_, Cm_, a_neg_, D_, h_, h0_, h_saved_;
-  DeviceBuffer dy_, d_delta_, du_, dB_, dC_, dD_, dA_log_, scratch_;
+  scan::Shape shape_;
+  DeviceBuffer delta_, u_, y_, Bm_, Cm_, a_neg_, D_, h_, h0_, saved_;
+  DeviceBuffer dy_, d_delta_, du_, dB_, dC_, dD_, dA_log_, ws_;
   std::vector<float> a_host_, D_host_;
 };
 
@@ -375,7 +475,7 @@ struct ScanBench {
   BenchDevice dev;
   cudaStream_t stream = nullptr;
   std::unique_ptr<L2Scrubber> scrub;
-  int64_t B = 4, di = 1536;
+  int64_t B = 8, di = 1536;
   size_t budget_bytes = 0;
   double budget_frac = 0.4;
   int n_cases = 0;
@@ -401,7 +501,7 @@ void activate(ScanBench& g, const ScanCase& c, int i) {
   g.active = i;
   progress(g.flags, i + 1, g.n_cases, c.name);
   try {
-    kern::check_scan_shape(kern::ScanShape{g.B, c.T, g.di, c.ds, c.ds}, c.parallel);
+    scan::check_shape(scan::Shape{g.B, c.T, g.di, c.ds}, c.run.route);
     const size_t need = case_alloc_bytes(c, g.B, g.di);
     size_t free_b = 0, total_b = 0;
     device_memory(&free_b, &total_b);
@@ -442,12 +542,27 @@ void set_counters(benchmark::State& st, const ScanBench& g, const ScanCase& c, d
   st.counters["GBps_impl"] = Counter(impl_b / t / 1e9);
   st.counters["bytes_min"] = Counter(min_b);
   st.counters["pct_peak_bw"] = Counter(g.dev.copy.best_gbps > 0 ? 100.0 * gbps / g.dev.copy.best_gbps : 0);
-  if (c.parallel && c.ds <= Limits::kMaxSeqScanDState) {
-    auto it = g.seconds.find(case_key(c.op, c.dtype, false, c.T, c.ds));
+  // the physical floor: the larger of moving bytes_min and issuing the exps on the SFU
+  const double floor_bytes_s = g.dev.copy.best_gbps > 0 ? min_b / (g.dev.copy.best_gbps * 1e9) : 0;
+  const double sfu_per_s = 16.0 * double(g.dev.info.sm_count) * double(g.dev.info.sm_clock_khz) * 1e3;
+  const double floor_exp_s = sfu_per_s > 0 ? case_min_exps(c, g.B, g.di) / sfu_per_s : 0;
+  const double floor_s = std::max(floor_bytes_s, floor_exp_s);
+  st.counters["floor_bytes_us"] = Counter(floor_bytes_s * 1e6);
+  st.counters["floor_exp_us"] = Counter(floor_exp_s * 1e6);
+  st.counters["floor_us"] = Counter(floor_s * 1e6);
+  st.counters["x_floor"] = Counter(floor_s > 0 ? t / floor_s : 0);
+  st.counters["scan_mem_bytes"] = Counter(double(case_scan_bytes(c, g.B, g.di)));
+  st.counters["total_alloc_bytes"] = Counter(double(case_alloc_bytes(c, g.B, g.di)));
+  if (c.run.route != scan::Route::Chunked) {
+    auto it = g.seconds.find(case_key(c.op, c.dtype, "chunked", c.T, c.ds));
+    if (it != g.seconds.end()) st.counters["speedup_vs_chunked"] = Counter(it->second / t);
+  }
+  if (c.run.route != scan::Route::Sequential && c.ds <= Limits::kMaxSeqScanDState) {
+    auto it = g.seconds.find(case_key(c.op, c.dtype, "sequential", c.T, c.ds));
     if (it != g.seconds.end()) st.counters["speedup_vs_sequential"] = Counter(it->second / t);
   }
   if (c.dtype != DType::F32) {
-    auto it = g.seconds.find(case_key(c.op, DType::F32, c.parallel, c.T, c.ds));
+    auto it = g.seconds.find(case_key(c.op, DType::F32, run_name(c.run), c.T, c.ds));
     if (it != g.seconds.end()) st.counters["speedup_vs_f32"] = Counter(it->second / t);
   }
   st.counters["verified"] = Counter(g.run->disposition.ok ? 1.0 : 0.0);
@@ -478,15 +593,19 @@ void run_case(benchmark::State& st, const ScanCase& c, int index) {
 
 // ---------------------------------------------------------------------------
 const char* kBytesFormula =
-    "e = element bytes (4 f32, 2 bf16/f16), BT = B*T, S = B*di*ds. "
-    "fwd (training forward, h_saved written): 2*BT*di*e (read delta,u) + 2*BT*ds*e (read B,C) "
-    "+ 4*(di*ds+di) (a_neg,D) + 4*S (read h0) + BT*di*e (write y) + 4*S (write h) "
-    "+ 4*B*(T+1)*di*ds (write h_saved). "
-    "bwd: 3*BT*di*e (read delta,u,dy) + 2*BT*ds*e (read B,C) + 4*(di*ds+di) (a_neg,D) "
-    "+ 4*B*(T+1)*di*ds (read h_saved) + 2*BT*di*e (write d_delta,du) + 8*BT*ds (write dB,dC f32) "
-    "+ 8*(di+di*ds) (r+w dD,dA_log). fwdbwd = fwd + bwd. "
-    "GBps = bytes_min/t; GBps_impl also counts kern::scan_bwd_extra_bytes (per-(b,t,d,n) "
-    "dB/dC partials written and read back in f32). Source: kernels/scan.cuh traffic model.";
+    "e = element bytes (4 f32, 2 bf16/f16), BT = B*T. bytes_min (route-independent): "
+    "fwd: 3*BT*di*e (read delta,u; write y) + 2*BT*ds*e (read B,C) + 4*(2*B*di*ds + di*ds + di) "
+    "(states, a_neg, D); bwd: 5*BT*di*e (read delta,u,dy; write d_delta,du) + 2*BT*ds*e (read B,C) "
+    "+ 8*BT*ds (write dB,dC f32) + 4*(3*di*ds + 3*di) (a_neg, D, dD and dA_log r+w); "
+    "fwdbwd = fwd + bwd. GBps = bytes_min/t; GBps_impl adds what the route moves beyond it: "
+    "its saved states (checkpoints [B,ceil(T/chunk),di,ds] or h_saved [B,T+1,di,ds], f32, written "
+    "by the forward, read by the backward) and the backward's partials "
+    "(scan::forward_traffic / backward_traffic, kernels/scan/scan.hpp).";
+const char* kFloorFormula =
+    "floor_us = max(floor_bytes_us, floor_exp_us); floor_bytes_us = bytes_min / peak copy "
+    "bandwidth (measured at the start of this run); floor_exp_us = exps / (16 per clock per SM "
+    "x SM count x max SM clock), exps = B*T*di*ds per pass (fwd 1, bwd 1, fwdbwd 2); "
+    "x_floor = t / floor_us";
 
 // --plan: the case list with its memory needs against a hypothetical device.
 void print_plan(const std::vector<ScanCase>& cases, int64_t B, int64_t di, double device_bytes,
@@ -516,16 +635,20 @@ void print_help() {
 int main_impl(int argc, char** argv) {
   ArgvRewrite rw(argc, argv);
   help_text = common_flags_help() +
-              "  --batch=B          batch size of every case (default 4)\n"
+              "  --batch=B          batch size of every case (default 8)\n"
               "  --d_inner=DI       channels of every case (default 1536, mamba-130m)\n"
               "  --mem_budget=F     skip cases needing more than F x device memory (0.4)\n"
+              "  --cases=T:DS,...   the (T, d_state) pairs (default 512:16,2048:16,8192:16,2048:256)\n"
+              "  --routes=R,...     of checkpointed-hw, checkpointed-acc, chunked, sequential\n"
+              "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   ScanBench g;
-  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"batch", "d_inner", "mem_budget", "plan"});
-  g.B = g.flags.get_int("batch", 4, 1, Limits::kMaxBatch);
+  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw,
+                                {"batch", "d_inner", "mem_budget", "plan", "cases", "routes", "dtypes"});
+  g.B = g.flags.get_int("batch", 8, 1, Limits::kMaxBatch);
   g.di = g.flags.get_int("d_inner", 1536, 1, Limits::kMaxDInner);
   g.budget_frac = g.flags.get_double("mem_budget", 0.4, 0.01, 0.95);
 
@@ -555,14 +678,18 @@ int main_impl(int argc, char** argv) {
   AddCustomContext("scan_d_inner", std::to_string(g.di));
   AddCustomContext("scan_dtypes", "f32,bf16,f16 (storage of delta,u,B,C,y,dy,d_delta,du; "
                                   "state, h_saved, dB/dC/dD/dA_log always f32)");
-  AddCustomContext("scan_modes", "sequential (d_state <= 64 only), parallel");
-  AddCustomContext("scan_fwd_variant", "training forward: h_saved [B,T+1,di,ds] written");
+  AddCustomContext("scan_routes", "checkpointed-hw (default for bf16/f16 storage), "
+                                  "checkpointed-acc (default for f32), chunked (seed parallel), "
+                                  "sequential (d_state <= 64 only)");
+  AddCustomContext("scan_fwd_variant", "training forward: the route's saved states written");
   AddCustomContext("l2_policy", g.scrub->policy());
   AddCustomContext("bytes_formula", kBytesFormula);
+  AddCustomContext("floor_formula", kFloorFormula);
   AddCustomContext("state_updates_formula", "B*T*di*ds per iteration (per op; fwdbwd counts once)");
   AddCustomContext("baselines",
-                   "speedup_vs_sequential = t(sequential scan, same op/dtype/T/ds, this run)/t; "
-                   "speedup_vs_f32 = t(f32 storage, same op/mode/T/ds, this run)/t; "
+                   "speedup_vs_chunked = t(chunked seed route, same op/dtype/T/ds, this run)/t; "
+                   "speedup_vs_sequential likewise; "
+                   "speedup_vs_f32 = t(f32 storage, same op/route/T/ds, this run)/t; "
                    "pct_peak_bw = 100*GBps/peak_copy_GBps");
   AddCustomContext("inputs", "delta log-uniform [1e-3,0.1]; u,B,C,dy uniform [-1,1]; "
                              "h0 uniform [-0.5,0.5]; A[d,n] = -(n+1); D = 1");

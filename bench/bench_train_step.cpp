@@ -243,7 +243,8 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
   st.counters["flops_scan"] = Counter(run.flops.scan);
   st.counters["model_bytes"] = Counter(double(m.device_bytes_allocated()));
   st.counters["mem_used_bytes"] = Counter(double(run.mem_used));
-  st.counters["parallel_scan"] = Counter(m.uses_parallel_scan() ? 1.0 : 0.0);
+  st.counters["checkpointed_scan"] =
+      Counter(m.scan_route() == ScanRoute::Checkpointed ? 1.0 : 0.0);
   st.counters["verified"] = Counter(run.verified ? 1.0 : 0.0);
   st.SetLabel(run.verified ? "ok" : "INCORRECT: " + run.verify_detail);
 }

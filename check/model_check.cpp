@@ -76,10 +76,11 @@ ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint
 
 
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm,
-                            bool check_finite) {
+                            bool check_finite, ScanExp exp) {
   gpu::RunOptions opt;
   opt.dtype = in.dtype;
   opt.scan = scan;
+  opt.scan_exp = exp;
   opt.gemm = gemm;
   opt.state_grads = true;
   opt.check_finite = check_finite;

@@ -99,7 +99,8 @@ ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward =
 // every step's outputs are scanned and gpu::NonFiniteError names the first
 // NaN/Inf (step, tensor, index, overflow).
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan,
-                            gpu::GemmMath gemm = gpu::GemmMath::F32, bool check_finite = false);
+                            gpu::GemmMath gemm = gpu::GemmMath::F32, bool check_finite = false,
+                            ScanExp exp = ScanExp::Auto);
 
 std::string describe(const ModelConfig& c, int64_t B, int64_t T);
 

@@ -10,6 +10,25 @@ const char* to_string(ScanMode m) {
     case ScanMode::Auto: return "auto";
     case ScanMode::Sequential: return "sequential";
     case ScanMode::Parallel: return "parallel";
+    case ScanMode::Checkpointed: return "checkpointed";
+  }
+  return "?";
+}
+
+const char* to_string(ScanRoute r) {
+  switch (r) {
+    case ScanRoute::Checkpointed: return "checkpointed";
+    case ScanRoute::Chunked: return "chunked";
+    case ScanRoute::Sequential: return "sequential";
+  }
+  return "?";
+}
+
+const char* to_string(ScanExp e) {
+  switch (e) {
+    case ScanExp::Auto: return "auto-exp";
+    case ScanExp::Hardware: return "hw-exp";
+    case ScanExp::Accurate: return "accurate-exp";
   }
   return "?";
 }
@@ -26,8 +45,10 @@ const char* to_string(DType d) {
 ScanMode parse_scan_mode(const std::string& s) {
   if (s == "auto") return ScanMode::Auto;
   if (s == "sequential" || s == "seq") return ScanMode::Sequential;
-  if (s == "parallel" || s == "par") return ScanMode::Parallel;
-  throw ConfigError("scan_mode = '" + s + "' is not one of auto|sequential|parallel");
+  if (s == "parallel" || s == "par" || s == "chunked") return ScanMode::Parallel;
+  if (s == "checkpointed" || s == "ckpt") return ScanMode::Checkpointed;
+  throw ConfigError("scan_mode = '" + s +
+                    "' is not one of auto|checkpointed|sequential|parallel");
 }
 
 DType parse_dtype(const std::string& s) {
@@ -99,8 +120,26 @@ bool use_parallel_scan(ScanMode mode, int64_t T, int64_t ds) {
     case ScanMode::Sequential: return false;
     case ScanMode::Parallel: return true;
     case ScanMode::Auto: return T > kParallelScanThreshold;
+    case ScanMode::Checkpointed: return false;
   }
   return false;
+}
+
+ScanRoute scan_route(ScanMode mode, int64_t ds) {
+  switch (mode) {
+    case ScanMode::Auto:
+    case ScanMode::Checkpointed: return ScanRoute::Checkpointed;
+    case ScanMode::Parallel: return ScanRoute::Chunked;
+    case ScanMode::Sequential:
+      return ds > Limits::kMaxSeqScanDState ? ScanRoute::Chunked : ScanRoute::Sequential;
+  }
+  return ScanRoute::Checkpointed;
+}
+
+ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype) {
+  if (r != ScanRoute::Checkpointed) return ScanExp::Accurate;
+  if (e != ScanExp::Auto) return e;
+  return dtype == DType::F32 ? ScanExp::Accurate : ScanExp::Hardware;
 }
 
 int64_t params_per_layer(const Dims& d) {

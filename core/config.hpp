@@ -9,15 +9,26 @@
 
 namespace mc {
 
-// Which scan implementation the GPU runs (spec §1.3). The CPU always runs the
-// sequential recurrence.
-enum class ScanMode { Auto, Sequential, Parallel };
+// Which scan implementation the GPU runs. The CPU always runs the sequential
+// recurrence. Auto and Checkpointed select the checkpointed route (the training
+// default); Sequential and Parallel the seed kernels kept as cross-check routes
+// (spec §1.3; d_state > 64 forces Parallel over Sequential).
+enum class ScanMode { Auto, Sequential, Parallel, Checkpointed };
+
+// The selective-scan implementations of kernels/scan/scan.hpp.
+enum class ScanRoute { Checkpointed, Chunked, Sequential };
+// How the scan computes exp(δ·A) (kernels/scan/scan.hpp): on the special-function
+// unit, or with the polynomial whose bits a host build reproduces. Auto: per
+// storage dtype (the choice and its reasons are in kernels/scan/scan.hpp).
+enum class ScanExp { Auto, Hardware, Accurate };
 
 // Storage dtype of the "typed" tensors of the mixed-precision path (spec §6).
 // F32 means the pure f32 pipeline (no rounding anywhere).
 enum class DType { F32, BF16, F16 };
 
 const char* to_string(ScanMode m);
+const char* to_string(ScanRoute r);
+const char* to_string(ScanExp e);
 const char* to_string(DType d);
 ScanMode parse_scan_mode(const std::string& s);  // throws ConfigError
 DType parse_dtype(const std::string& s);         // throws ConfigError
@@ -65,9 +76,16 @@ void validate_config(const ModelConfig& cfg);
 // Runtime shape check (B, T > 0 and below the limits). Throws ConfigError.
 void validate_runtime(const Dims& d, int64_t B, int64_t T);
 
-// Spec §1.3: ds > 64 forces the parallel scan; Auto picks parallel iff T > 256.
+// Spec §1.3 (mamba-rs): ds > 64 forces the parallel scan; its Auto picks parallel
+// iff T > 256. Kept for the seed routes; mambacheck's Auto is scan_route's.
 constexpr int64_t kParallelScanThreshold = 256;
 bool use_parallel_scan(ScanMode mode, int64_t T, int64_t ds);
+// The route a mode runs: Auto/Checkpointed -> Checkpointed, Parallel -> Chunked,
+// Sequential -> Sequential (Chunked when ds > 64: the sequential kernel's registers).
+ScanRoute scan_route(ScanMode mode, int64_t ds);
+// The exponential a route runs with `e` for storage `dtype` (Auto resolved; the
+// cross-check routes always use the accurate one).
+ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);
 
 // Parameter counts (spec §2.1).
 int64_t params_per_layer(const Dims& d);

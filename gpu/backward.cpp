@@ -60,9 +60,28 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   fc_.check("B2 gating", l, "d_gate", dz, R * di);
   // B3 scan BPTT; dB, dC summed over d in f32; dD, dA_log accumulate into the arena
   float* dh0 = opt_.state_grads ? ssm_state(l, d_ssm0_.get()) : nullptr;
-  kern::scan_bwd<T>(parallel_, scan_shape_, a.delta, a.u, a.xdbl + dr, a.xdbl + dr + ds, a_neg(l),
-                    p(off.d_param), a.h_saved, dY, d_delta, dU, dB_.get(), dC_.get(),
-                    g(off.d_param), g(off.a_log), dh0, scan_scratch_.get(), s);
+  kern::scan::BwdParams<T> sp;
+  sp.shape = scan_shape_;
+  sp.route = route_;
+  sp.exp = scan_exp_;
+  sp.delta = {a.delta, di};
+  sp.u = {a.u, di};
+  sp.Bm = {a.xdbl + dr, xd};
+  sp.Cm = {a.xdbl + dr + ds, xd};
+  sp.a_neg = a_neg(l);
+  sp.D = p(off.d_param);
+  sp.saved = a.scan_saved;
+  sp.dy = {dY, di};
+  sp.d_delta = {d_delta, di};
+  sp.du = {dU, di};
+  sp.dB = {dB_.get(), ds};
+  sp.dC = {dC_.get(), ds};
+  sp.dD = g(off.d_param);
+  sp.dA_log = g(off.a_log);
+  sp.dh0 = dh0;
+  sp.workspace = scan_scratch_.get();
+  sp.workspace_bytes = scan_scratch_.bytes();
+  kern::scan::backward<T>(sp, s);
   fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
   fc_.check("B3 scan", l, "d_u", dU, R * di);
   fc_.check("B3 scan", l, "dB", dB_.get(), R * ds);

@@ -30,7 +30,7 @@ LayerActs<T> Pipeline<T>::saved(int l) {
                       xdbl_.get() + int64_t(l) * R * d_.xd,
                       delta_raw_.get() + rd,
                       delta_.get() + rd,
-                      h_saved_.get() + int64_t(l) * B_ * (T_ + 1) * di * d_.ds,
+                      scan_saved_.get() + int64_t(l) * int64_t(scan_saved_floats_),
                       y_.get() + rd,
                       gated_.get() + rd};
 }
@@ -72,12 +72,27 @@ void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, fl
   kern::softplus_bias_fwd<T>(acc_.get(), p(off.dt_proj_b), R, di, a.delta_raw, a.delta, s);
   fc_.check("F4c dt_proj_softplus", l, "delta_raw", a.delta_raw, R * di);
   fc_.check("F4c dt_proj_softplus", l, "delta", a.delta, R * di);
-  // F4d selective scan; B and C are read in place from xdbl (ld_bc = xd)
-  kern::scan_fwd<T>(parallel_, scan_shape_, a.delta, a.u, a.xdbl + dr, a.xdbl + dr + ds, a_neg(l),
-                    p(off.d_param), ssm_state, a.h_saved, a.y, s);
+  // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
+  // state is carried in place (h0 = h_final)
+  kern::scan::FwdParams<T> sp;
+  sp.shape = scan_shape_;
+  sp.route = route_;
+  sp.exp = scan_exp_;
+  sp.delta = {a.delta, di};
+  sp.u = {a.u, di};
+  sp.Bm = {a.xdbl + dr, xd};
+  sp.Cm = {a.xdbl + dr + ds, xd};
+  sp.a_neg = a_neg(l);
+  sp.D = p(off.d_param);
+  sp.h0 = ssm_state;
+  sp.h_final = ssm_state;
+  sp.saved = a.scan_saved;
+  sp.y = {a.y, di};
+  kern::scan::forward<T>(sp, s);
   fc_.check("F4d scan", l, "y", a.y, R * di);
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
-  if (a.h_saved) fc_.check("F4d scan", l, "h_saved", a.h_saved, B_ * (T_ + 1) * di * ds);
+  if (a.scan_saved)
+    fc_.check("F4d scan", l, "scan_saved_states", a.scan_saved, int64_t(scan_saved_floats_));
   // F4e gating
   kern::gating_fwd<T>(a.y, a.gs, R * di, a.gated, s);
   fc_.check("F4e gating", l, "gated", a.gated, R * di);

@@ -44,8 +44,7 @@ void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& op
   const Dims d = Dims::from(cfg);  // validates cfg
   validate_runtime(d, B, T);
   // the scan route's own limits (d_state per implementation), before any device work
-  kern::check_scan_shape(kern::ScanShape{B, T, d.di, d.ds, d.xd},
-                         use_parallel_scan(opt.scan, T, d.ds));
+  kern::scan::check_shape(kern::scan::Shape{B, T, d.di, d.ds}, scan_route(opt.scan, d.ds));
   std::string reason;
   if (!gpu_available(&reason)) throw GpuUnavailable(reason);
 }
@@ -63,8 +62,9 @@ const Dims& Model::dims() const { return impl_->dims; }
 int64_t Model::batch() const { return impl_->B; }
 int64_t Model::seq_len() const { return impl_->T; }
 const RunOptions& Model::options() const { return impl_->opt; }
-bool Model::uses_parallel_scan() const {
-  return use_parallel_scan(impl_->opt.scan, impl_->T, impl_->dims.ds);
+ScanRoute Model::scan_route() const { return mc::scan_route(impl_->opt.scan, impl_->dims.ds); }
+ScanExp Model::scan_exp() const {
+  return mc::scan_exp(impl_->opt.scan_exp, scan_route(), impl_->opt.dtype);
 }
 
 void Model::set_params(const std::vector<float>& host) {

@@ -60,7 +60,8 @@ const char* to_string(GemmMath g);
 
 struct RunOptions {
   DType dtype = DType::F32;        // storage dtype of the typed activations
-  ScanMode scan = ScanMode::Auto;  // spec §1.3 (ds > 64 always parallel)
+  ScanMode scan = ScanMode::Auto;  // Auto = the checkpointed route (core/config.hpp)
+  ScanExp scan_exp = ScanExp::Auto;  // the scan's exp(δ·A) (kernels/scan/scan.hpp)
   GemmMath gemm = GemmMath::F32;
   bool state_grads = false;        // compute ∂L/∂(initial conv/SSM state)
   bool check_finite = false;       // scan every step's outputs for NaN/Inf
@@ -92,7 +93,8 @@ class Model {
   int64_t batch() const;
   int64_t seq_len() const;
   const RunOptions& options() const;
-  bool uses_parallel_scan() const;
+  ScanRoute scan_route() const;  // the scan implementation this model runs
+  ScanExp scan_exp() const;      // and its exponential (Auto resolved)
 
   // Parameters: f32 arena in ParamLayout order ([total]); typed compute copies
   // and a_neg are refreshed from it.

@@ -31,7 +31,8 @@ const Dims& Model::dims() const { unavailable(); }
 int64_t Model::batch() const { unavailable(); }
 int64_t Model::seq_len() const { unavailable(); }
 const RunOptions& Model::options() const { unavailable(); }
-bool Model::uses_parallel_scan() const { unavailable(); }
+ScanRoute Model::scan_route() const { unavailable(); }
+ScanExp Model::scan_exp() const { unavailable(); }
 void Model::set_params(const std::vector<float>&) { unavailable(); }
 void Model::set_state(const std::vector<float>&, const std::vector<float>&) { unavailable(); }
 void Model::reset_state() { unavailable(); }

@@ -42,11 +42,13 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       T_(T_len),
       R_(B * T_len),
       opt_(opt),
-      parallel_(use_parallel_scan(opt.scan, T_len, lay.dims.ds)),
-      scan_shape_{B, T_len, lay.dims.di, lay.dims.ds, lay.dims.xd},
+      route_(scan_route(opt.scan, lay.dims.ds)),
+      scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
+      scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
+      scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
       gemm_(ctx.cublas(), opt.gemm),
       fc_(opt.check_finite, ctx.stream()) {
-  kern::check_scan_shape(scan_shape_, parallel_);
+  kern::scan::check_shape(scan_shape_, route_);
   const int64_t L = d_.L, dm = d_.dm, di = d_.di, ds = d_.ds, dc = d_.dc, dr = d_.dr,
                 xd = d_.xd, mid = d_.mid, R = R_;
   constexpr bool typed = !std::is_same<T, float>::value;
@@ -75,7 +77,7 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(hs_, n_of((L + 1) * R * dm), "residual_stream");
   plan.add(rms_, n_of(L * R), "rms");
   plan.add(windows_, n_of(L * R * di * dc), "conv_windows");
-  plan.add(h_saved_, n_of(L * B * (T_len + 1) * di * ds), "h_saved");
+  plan.add(scan_saved_, n_of(L) * scan_saved_floats_, "scan_saved_states");
   plan.add(rms_f_, n_of(R), "norm_f_rms");
   plan.add(post_norm_, n_of(L * R * dm), "post_norm");
   for (auto [buf, name] : {std::pair{&z_, "gate_pre_silu"}, {&gs_, "gate_post_silu"},
@@ -98,8 +100,8 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
                                   kern::column_sum_scratch_floats(R, di),
                                   kern::column_sum_scratch_floats(R, dm), size_t(1)});
   plan.add(reduce_scratch_, reduce, "reduce_scratch");
-  plan.add(scan_scratch_, std::max<size_t>(1, kern::scan_bwd_scratch_bytes(scan_shape_)),
-           "scan_bwd_scratch");
+  plan.add(scan_scratch_, std::max<size_t>(1, kern::scan::bwd_workspace_bytes(scan_shape_, route_)),
+           "scan_bwd_workspace");
   if (typed) plan.add(dH_typed_, n_of(R * dm), "d_hidden_typed");
   plan.add(dN_, n_of(R * dm), "d_post_norm");
   for (auto [buf, name] : {std::pair{&buf_a_, "d_gated|d_delta|d_u_xproj"},
@@ -109,7 +111,7 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(d_dt_in_, n_of(R * dr), "d_dt_in");
   plan.add(dxdbl_, n_of(R * xd), "d_xdbl");
   // largest tensor the finite check scans in one piece
-  const int64_t biggest = std::max({lay.total, B * (T_len + 1) * di * ds, R * di * dc,
+  const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * di * dc,
                                     R * 2 * di, R * mid, R * dm, L * B * di * std::max(dc, ds)});
   fc_.plan(plan, biggest);
   bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx.workspace_bytes());

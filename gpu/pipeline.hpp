@@ -10,7 +10,9 @@
 //   state        conv [L, B, di, dc], ssm [L, B, di, ds] f32 (persistent, carried);
 //                d_conv0 / d_ssm0 of the same shapes when state_grads
 //   saved        hs [L+1, R, dm] f32 (hs[l] = layer l's input H_l, hs[L] = norm_f input Z),
-//                rms [L, R] f32, windows [L, B, T, di, dc] f32, h_saved [L, B, T+1, di, ds] f32,
+//                rms [L, R] f32, windows [L, B, T, di, dc] f32, scan_saved [L, saved] f32
+//                (the scan route's saved states: checkpoints [B, n_ckpt, di, ds], or
+//                h_saved [B, T+1, di, ds] on the cross-check routes),
 //                rms_f [R] f32; post_norm [L, R, dm] T, z, gs, pc, u, delta_raw, delta, y,
 //                gated [L, R, di] T, xdbl [L, R, xd] T; x_typed [R, mid] T (typed path)
 //   fwd scratch  proj [R, 2di] T (in_proj output P, reused as dP in backward),
@@ -35,7 +37,7 @@
 #include "gpu/gemm.hpp"
 #include "core/param_layout.hpp"
 #include "gpu/model.hpp"
-#include "kernels/scan.cuh"
+#include "kernels/scan/scan.hpp"
 
 namespace mc::gpu {
 
@@ -77,7 +79,7 @@ struct LayerActs {
   T* xdbl;          // [R, xd]
   T* delta_raw;     // [R, di]
   T* delta;         // [R, di]
-  float* h_saved;   // [B, T+1, di, ds] (nullptr = not saved)
+  float* scan_saved;  // the scan route's saved states (nullptr = not saved)
   T* y;             // [R, di]
   T* gated;         // [R, di]
 };
@@ -144,8 +146,10 @@ class Pipeline final : public PipelineBase {
   const Dims d_;
   const int64_t B_, T_, R_;
   const RunOptions opt_;
-  const bool parallel_;
-  const kern::ScanShape scan_shape_;
+  const ScanRoute route_;
+  const ScanExp scan_exp_;
+  const kern::scan::Shape scan_shape_;
+  const size_t scan_saved_floats_;  // per layer
   const Gemm gemm_;
   FiniteChecker fc_;
   int64_t bytes_ = 0;
@@ -162,7 +166,7 @@ class Pipeline final : public PipelineBase {
   DeviceBuffer<float> x_, d_out_, out_, d_input_;
   DeviceBuffer<T> x_typed_, out_typed_;
   // saved activations
-  DeviceBuffer<float> hs_, rms_, windows_, h_saved_, rms_f_;
+  DeviceBuffer<float> hs_, rms_, windows_, scan_saved_, rms_f_;
   DeviceBuffer<T> post_norm_, z_, gs_, pc_, u_, delta_raw_, delta_, y_, gated_, xdbl_;
   // forward scratch
   DeviceBuffer<T> proj_, xb_, o_;

@@ -18,6 +18,14 @@
 #   sweep     bench_scan --sweep $SWEEP_ARGS on one GPU -> bench_scan.json
 #   sweep_sharded  bench_scan --sweep sharded over all GPUs (bench_scan.dev<i>.json)
 #   train     bench_train_step -> bench_train_step.json
+#   scanbench bench_scan on the scan targets' cases (B 8, d_inner 1536; T 512/2048/8192 at
+#             d_state 16, T 2048 at d_state 256; every route) -> bench_scan.json
+#   peer      state-spaces/mamba's selective_scan_cuda, built from the folder PEER_DIR
+#             (default .peer: a copy of the peer's source with its build.py), timed by
+#             bench/peer_scan.py on the same cases -> peer_scan.json
+#   peerbuild only start that build in the background (the peer phase waits for it)
+#   ncu       Nsight Compute (--clock-control none) on the checkpointed scan kernels at
+#             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900), CTEST_ARGS.
@@ -40,8 +48,36 @@ run_phase() {  # name, command...
   [ $rc -ne 0 ] && status=1
   return 0
 }
+peer_dir="$(cd "${PEER_DIR:-$root/.peer}" 2>/dev/null && pwd || echo "${PEER_DIR:-$root/.peer}")"
+peer_build_pid=""
+start_peer_build() {
+  [ -n "$peer_build_pid" ] && return 0
+  if [ ! -f "$peer_dir/build.py" ]; then
+    echo "=== peer: no $peer_dir/build.py (PEER_DIR): the peer is not measured"; return 1
+  fi
+  mkdir -p "$peer_dir/build"
+  (cd "$peer_dir" && python3 build.py "$peer_dir/build" scan) >"$out/logs/peer_build.txt" 2>&1 &
+  peer_build_pid=$!
+}
 for p in "${phases[@]}"; do
   case "$p" in
+    peerbuild)
+      start_peer_build ;;
+    peer)
+      start_peer_build || continue
+      wait "$peer_build_pid"; echo "=== peer build: rc=$? ($(tail -n 2 "$out/logs/peer_build.txt" | tr '\n' ' '))"
+      so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
+      run_phase peer_scan env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_scan.py" --module "$so" \
+        --out "$out/peer_scan.json" ;;
+    scanbench)
+      run_phase bench_scan "$build/bench/bench_scan" --json="$out/bench_scan.json" ${SCAN_ARGS:-} ;;
+    ncu)
+      run_phase ncu_scan ncu --clock-control none --kernel-name regex:ckpt_ --launch-skip 0 \
+        --launch-count 8 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section InstructionStats \
+        "$build/bench/bench_scan" --cases=2048:16 --routes=checkpointed-hw --dtypes=f32,bf16 \
+        --benchmark_min_time=0.001s ;;
     info)
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;

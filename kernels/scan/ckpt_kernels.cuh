@@ -22,7 +22,8 @@
 // [B, n_ckpt, di, ds]; the final state to h_final.
 //
 // Backward, chunks from last to first. Per chunk: reload the checkpoint,
-// recompute the chunk's K states into registers hs[K][S] (one exp per element),
+// recompute the chunk's K states into shared memory hs[K][thread][S] (one exp
+// per element; the warp-level dB/dC sums read h_t from there too),
 // then walk the chunk backwards with the carries dh = ∂L/∂h_{t+1} and dAn = dA_{t+1}:
 //   dh   = dAn·dh + dy·C                      (∂L/∂h_t)
 //   P    = dA·h_{t-1}   (dA recomputed: one more exp per element)
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
     __syncwarp();
     const T* bp = p.Bm + (row0 + t0) * p.ld_B + m.n0;
     const T* cp = p.Cm + (row0 + t0) * p.ld_C + m.n0;
-#pragma unroll
+#pragma unroll 4
     for (int k = 0; k < K; ++k) {
       if (k < nk) {  // block-uniform
         const float dl = sc_delta[k * CB + m.ch];
@@ -240,36 +241,41 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
 
 // ---- backward -------------------------------------------------------------------------
 // Shared memory (floats):
+//   hs      [K][threads][S]: the chunk's recomputed states h_t of each thread
 //   scalars [6][K][CB]: δ | u | dy (as the recurrence sees it) | δ·u | dΔ factor
 //                       (σ(Δraw+bias) or 1) | dz factor (dG·silu'(z), with z)
-//   tiles   [W][2][Q][CW][ds_pad]: per warp, h_t (for dC) and dh_t (for dB)
+//   tiles   [W][Q][CW][ds_pad]: per warp, dh_t (for dB; h_t is read from hs)
 //   wsum    [2][W][2][Q][ds_pad]: per warp sums, double-buffered across batches
-inline size_t ckpt_bwd_smem_floats(const CkptGeom& g, int K) {
-  const size_t cw = size_t(32 / g.lanes);
-  return size_t(6) * K * g.cb + size_t(g.warps) * 2 * kCkptQ * cw * g.ds_pad +
-         size_t(2) * g.warps * 2 * kCkptQ * g.ds_pad;
+inline size_t ckpt_bwd_smem_floats(const CkptGeom& g, int K, int S) {
+  const size_t cw = size_t(32 / g.lanes), threads = size_t(32) * g.warps;
+  return size_t(K) * threads * S + size_t(6) * K * g.cb +
+         size_t(g.warps) * kCkptQ * cw * g.ds_pad + size_t(2) * g.warps * 2 * kCkptQ * g.ds_pad;
 }
 inline size_t ckpt_fwd_smem_floats(const CkptGeom& g, int K) { return size_t(4) * K * g.cb; }
 
 template <class T, int S, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(256, S == 4 ? 2 : 1) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
+__global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int Q = kCkptQ;
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
+  static_assert(S % 4 == 0, "states per thread in float4 units");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
   const int CB = g.cb, L = m.L, W = g.warps, DP = g.ds_pad;
   const int CW = 32 / L;
+  const int NT = 32 * W;
   const int wch = m.lane >> g.log2_lanes;  // channel within the warp
-  float* sc_delta = smem;
+  float4* hs = reinterpret_cast<float4*>(smem);  // [K][NT][S/4]
+  float* sc_delta = smem + size_t(K) * NT * S;
   float* sc_u = sc_delta + K * CB;
   float* sc_dy = sc_u + K * CB;
   float* sc_du = sc_dy + K * CB;
   float* sc_fd = sc_du + K * CB;
   float* sc_fz = sc_fd + K * CB;
-  float* tiles = sc_fz + K * CB;                 // [W][2][Q][CW][DP]
-  float* wsum = tiles + size_t(W) * 2 * Q * CW * DP;  // [2][W][2][Q][DP]
-  float* my_tile_h = tiles + size_t(m.warp) * 2 * Q * CW * DP;
-  float* my_tile_dh = my_tile_h + Q * CW * DP;
+  float* tiles = sc_fz + K * CB;                  // [W][Q][CW][DP]
+  float* wsum = tiles + size_t(W) * Q * CW * DP;  // [2][W][2][Q][DP]
+  float* my_tile_dh = tiles + size_t(m.warp) * Q * CW * DP;
+  // this thread's state slot of step k (S/4 float4s)
+  auto hs_at = [&](int k) { return hs + (size_t(k) * NT + threadIdx.x) * (S / 4); };
 
   // a = exp_coef(A); S2 is accumulated with a and scaled back once per step
   // (exp_coef_inverse), so A itself need not stay in registers.
@@ -331,80 +337,84 @@ __global__ void __launch_bounds__(256, S == 4 ? 2 : 1) ckpt_bwd_kernel(CkptBwdAr
     const T* bp = p.Bm + (row0 + t0) * p.ld_B + m.n0;
     const T* cp = p.Cm + (row0 + t0) * p.ld_C + m.n0;
 
-    // recompute the chunk's states (and, with z, y for dz)
-    float hs[K][S];
+    // recompute the chunk's states into hs (and, with z, y for dz)
     {
       float h[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) h[s] = hck[s];
+#pragma unroll 2
+      for (int k = 0; k < nk; ++k) {  // nk is block-uniform
+        const float dl = sc_delta[k * CB + m.ch];
+        const float du = sc_du[k * CB + m.ch];
+        float bv[S];
+        load_vec<S>(bp + k * p.ld_B, vec_bc, m.nvalid, bv);
+        // sc_du is 0 on padding channels; their states then only decay (finite)
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (k < nk) {
-          const float dl = sc_delta[k * CB + m.ch];
-          const float du = sc_du[k * CB + m.ch];
-          float bv[S];
-          load_vec<S>(bp + k * p.ld_B, vec_bc, m.nvalid, bv);
-          // sc_du is 0 on padding channels; their states then only decay (finite)
+        for (int s = 0; s < S; ++s) {
+          const float dA = expm<E>(dl * a[s]);
+          h[s] = fmaf(dA, h[s], du * bv[s]);
+        }
+        float4* slot = hs_at(k);
 #pragma unroll
-          for (int s = 0; s < S; ++s) {
-            const float dA = expm<E>(dl * a[s]);
-            h[s] = fmaf(dA, h[s], du * bv[s]);
-            hs[k][s] = h[s];
+        for (int q4 = 0; q4 < S / 4; ++q4)
+          slot[q4] = make_float4(h[4 * q4], h[4 * q4 + 1], h[4 * q4 + 2], h[4 * q4 + 3]);
+        if (p.z) {  // block-uniform
+          float cv[S];
+          load_vec<S>(cp + k * p.ld_C, vec_bc, m.nvalid, cv);
+          float yp = 0.f;
+#pragma unroll
+          for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
+          const float ysum = group_sum(yp, L);
+          if (m.j == (k & (L - 1)) && m.dvalid) {
+            const float yv = ysum + __fmul_rn(Dd, sc_u[k * CB + m.ch]);
+            store_rn(p.dz + (row0 + t0 + k) * p.ld_dz + m.d, sc_fz[k * CB + m.ch] * yv);
           }
-          if (p.z) {  // block-uniform
-            float cv[S];
-            load_vec<S>(cp + k * p.ld_C, vec_bc, m.nvalid, cv);
-            float yp = 0.f;
-#pragma unroll
-            for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
-            const float ysum = group_sum(yp, L);
-            if (m.j == (k & (L - 1)) && m.dvalid) {
-              const float yv = ysum + __fmul_rn(Dd, sc_u[k * CB + m.ch]);
-              store_rn(p.dz + (row0 + t0 + k) * p.ld_dz + m.d, sc_fz[k * CB + m.ch] * yv);
-            }
-          }
-        } else {
-#pragma unroll
-          for (int s = 0; s < S; ++s) hs[k][s] = h[s];
         }
       }
     }
 
     // walk the chunk backwards, Q steps per dB/dC batch
-#pragma unroll
-    for (int qb = K / Q - 1; qb >= 0; --qb) {
-#pragma unroll
+    for (int qb = (nk - 1) / Q; qb >= 0; --qb) {
+#pragma unroll 2
       for (int kk = Q - 1; kk >= 0; --kk) {
         const int k = qb * Q + kk;
         if (k < nk) {  // block-uniform
           const float dl = sc_delta[k * CB + m.ch];
           const float uv = sc_u[k * CB + m.ch];
           const float dyv = sc_dy[k * CB + m.ch];
-          float bv[S], cv[S];
+          float bv[S], cv[S], hp[S];
           load_vec<S>(bp + k * p.ld_B, vec_bc, m.nvalid, bv);
           load_vec<S>(cp + k * p.ld_C, vec_bc, m.nvalid, cv);
+          if (k > 0) {
+            const float4* prev = hs_at(k - 1);
+#pragma unroll
+            for (int q4 = 0; q4 < S / 4; ++q4) {
+              const float4 v = prev[q4];
+              hp[4 * q4] = v.x;
+              hp[4 * q4 + 1] = v.y;
+              hp[4 * q4 + 2] = v.z;
+              hp[4 * q4 + 3] = v.w;
+            }
+          } else {
+#pragma unroll
+            for (int s = 0; s < S; ++s) hp[s] = hck[s];
+          }
           float S1 = 0.f, S2 = 0.f;
 #pragma unroll
           for (int s = 0; s < S; ++s) {
             const float dA = expm<E>(dl * a[s]);
-            const float hp = k > 0 ? hs[k > 0 ? k - 1 : 0][s] : hck[s];
             dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
-            const float dhP = dh[s] * (dA * hp);
+            const float dhP = dh[s] * (dA * hp[s]);
             dal[s] = fmaf(dl, dhP, dal[s]);
             S2 = fmaf(a[s], dhP, S2);
             S1 = fmaf(dh[s], bv[s], S1);
             dAn[s] = dA;
           }
-          // this warp's tile row (kk, wch): h_t and dh_t of the S states
-          float* th = my_tile_h + (kk * CW + wch) * DP + m.n0;
-          float* td = my_tile_dh + (kk * CW + wch) * DP + m.n0;
+          // this warp's dh tile row (kk, wch)
+          float4* td = reinterpret_cast<float4*>(my_tile_dh + (kk * CW + wch) * DP + m.n0);
 #pragma unroll
-          for (int q4 = 0; q4 < S / 4; ++q4) {
-            reinterpret_cast<float4*>(th)[q4] =
-                make_float4(hs[k][4 * q4], hs[k][4 * q4 + 1], hs[k][4 * q4 + 2], hs[k][4 * q4 + 3]);
-            reinterpret_cast<float4*>(td)[q4] =
-                make_float4(dh[4 * q4], dh[4 * q4 + 1], dh[4 * q4 + 2], dh[4 * q4 + 3]);
-          }
+          for (int q4 = 0; q4 < S / 4; ++q4)
+            td[q4] = make_float4(dh[4 * q4], dh[4 * q4 + 1], dh[4 * q4 + 2], dh[4 * q4 + 3]);
           S1 = group_sum(S1, L);
           S2 = group_sum(S2, L) * exp_coef_inverse<E>();
           dD_acc = fmaf(dyv, uv, dD_acc);
@@ -416,7 +426,8 @@ __global__ void __launch_bounds__(256, S == 4 ? 2 : 1) ckpt_bwd_kernel(CkptBwdAr
         }
       }
       __syncwarp();
-      // warp-level sums over the warp's CW channels: unit = (q, kk, n-quad)
+      // warp-level sums over the warp's CW channels: unit = (q, kk, n-quad);
+      // q = 0: dB = Σ (δ·u)·dh from the tile, q = 1: dC = Σ dy·h_t from hs
       {
         float* ws = wsum + size_t(buf) * W * 2 * Q * DP + size_t(m.warp) * 2 * Q * DP;
         const int nq = DP / 4;
@@ -426,12 +437,16 @@ __global__ void __launch_bounds__(256, S == 4 ? 2 : 1) ckpt_bwd_kernel(CkptBwdAr
           const int kk = (u / nq) % Q;
           const int n4 = (u % nq) * 4;
           const int k = qb * Q + kk;
-          const float* tile = (q == 0 ? my_tile_dh : my_tile_h) + kk * CW * DP + n4;
           const float* sc = (q == 0 ? sc_du : sc_dy) + k * CB + m.warp * CW;
+          // the thread that holds states n4.. of channel cc of this warp
+          const int lane_of = n4 / S, sub = (n4 % S) / 4;
           float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
           for (int cc = 0; cc < CW; ++cc) {
             const float w = sc[cc];
-            const float4 v = reinterpret_cast<const float4*>(tile + cc * DP)[0];
+            const float4 v =
+                q == 0 ? reinterpret_cast<const float4*>(my_tile_dh + (kk * CW + cc) * DP + n4)[0]
+                       : hs_at(k)[sub + (m.warp * 32 + cc * L + lane_of - int(threadIdx.x)) *
+                                            (S / 4)];
             acc.x = fmaf(w, v.x, acc.x);
             acc.y = fmaf(w, v.y, acc.y);
             acc.z = fmaf(w, v.z, acc.z);
@@ -460,7 +475,7 @@ __global__ void __launch_bounds__(256, S == 4 ? 2 : 1) ckpt_bwd_kernel(CkptBwdAr
       }
       buf ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }
-    __syncwarp();  // the next chunk's phase 0 overwrites the scalars
+    __syncthreads();  // hs, the scalars and the tiles are rewritten by the next chunk
   }
 
   if (m.dvalid && m.nvalid > 0) {

@@ -19,8 +19,8 @@
 #include <cstring>
 
 #include "kernels/scan/scan.hpp"
-#include "kernels/scan_common.cuh"
-#include "kernels/scan_math.cuh"
+#include "kernels/scan/seed_common.cuh"
+#include "kernels/scan/exp_math.cuh"
 
 namespace mc::kern::scan_detail {
 

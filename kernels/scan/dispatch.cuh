@@ -5,9 +5,10 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/scan.cuh"
+#include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
@@ -23,6 +24,12 @@ inline CkptGeom to_geom(const CkptPlan& pl) {
   g.nblk_d = pl.nblk_d;
   g.n_ckpt = pl.n_ckpt;
   return g;
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same<T, float>::value ? DType::F32
+                                       : (std::is_same<T, __half>::value ? DType::F16 : DType::BF16);
 }
 
 // Rows of T may be read as 4-element vectors: base and row stride 4-element aligned.
@@ -67,10 +74,11 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   g.vec_state = s.ds % 4 == 0;
   g.vec_bc = s.ds % S == 0 && vec_rows(a.Bm, a.ld_B) && vec_rows(a.Cm, a.ld_C);
   const size_t smem = ckpt_fwd_smem_floats(g, K) * sizeof(float);
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +
-                           std::to_string(S) + "," + scan::to_string(p.exp) + ">";
+                           std::to_string(S) + "," + to_string(e) + ">";
   const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
-  if (p.exp == scan::ExpMath::Hardware) {
+  if (e == scan::ExpMath::Hardware) {
     auto* k = &ckpt_fwd_kernel<T, S, scan::ExpMath::Hardware, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
     launch(k, grid, block, smem, st, a, g);
@@ -88,7 +96,7 @@ void ckpt_forward(const scan::FwdParams<T>& p, int warps, cudaStream_t st) {
   if (pl.S == 4)
     ckpt_forward_s<T, 4, 16>(p, pl, st);
   else
-    ckpt_forward_s<T, 8, 8>(p, pl, st);
+    ckpt_forward_s<T, 8, 16>(p, pl, st);
 }
 
 // ---- checkpointed backward --------------------------------------------------------------
@@ -135,11 +143,12 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
   g.vec_bc = s.ds % S == 0 && vec_rows(a.Bm, a.ld_B) && vec_rows(a.Cm, a.ld_C);
-  const size_t smem = ckpt_bwd_smem_floats(g, K) * sizeof(float);
+  const size_t smem = ckpt_bwd_smem_floats(g, K, S) * sizeof(float);
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
-                           std::to_string(S) + "," + scan::to_string(p.exp) + ">";
+                           std::to_string(S) + "," + to_string(e) + ">";
   const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
-  if (p.exp == scan::ExpMath::Hardware) {
+  if (e == scan::ExpMath::Hardware) {
     auto* k = &ckpt_bwd_kernel<T, S, scan::ExpMath::Hardware, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
     launch(k, grid, block, smem, st, a, g);
@@ -168,7 +177,7 @@ void ckpt_backward(const scan::BwdParams<T>& p, int warps, cudaStream_t st) {
   if (pl.S == 4)
     ckpt_backward_s<T, 4, 16>(p, pl, st);
   else
-    ckpt_backward_s<T, 8, 8>(p, pl, st);
+    ckpt_backward_s<T, 8, 16>(p, pl, st);
 }
 
 // ---- the cross-check routes (the seed kernels of kernels/scan.cuh) -----------------------

@@ -6,22 +6,11 @@
 #include <string>
 
 #include "core/config.hpp"
-#include "kernels/scan.cuh"
+#include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
 namespace mc::kern::scan {
-
-const char* to_string(Route r) {
-  switch (r) {
-    case Route::Checkpointed: return "checkpointed";
-    case Route::Chunked: return "chunked";
-    case Route::Sequential: return "sequential";
-  }
-  return "?";
-}
-
-const char* to_string(ExpMath e) { return e == ExpMath::Hardware ? "hw-exp" : "accurate-exp"; }
 
 void check_shape(const Shape& s, Route r) {
   using scan_detail::fail;
@@ -145,7 +134,7 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   CkptPlan pl;
   pl.S = s.ds <= 128 ? 4 : 8;
-  pl.K = pl.S == 4 ? 16 : 8;
+  pl.K = 16;
   const int64_t per_lane = (s.ds + pl.S - 1) / pl.S;
   while (pl.lanes < per_lane && pl.lanes < 32) {
     pl.lanes *= 2;
@@ -162,7 +151,7 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   g.warps = pl.warps;
   g.cb = pl.cb;
   g.ds_pad = pl.ds_pad;
-  pl.smem_bytes = sizeof(float) * (backward ? ckpt_bwd_smem_floats(g, pl.K)
+  pl.smem_bytes = sizeof(float) * (backward ? ckpt_bwd_smem_floats(g, pl.K, pl.S)
                                             : ckpt_fwd_smem_floats(g, pl.K));
   return pl;
 }

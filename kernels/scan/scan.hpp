@@ -28,7 +28,8 @@
 // The two cross-check routes take contiguous [B*T, di] activations and no
 // fused epilogue (ConfigError otherwise), and always use ExpMath::Accurate.
 //
-// Exponential (ExpMath):
+// Exponential (ExpMath; Auto = Accurate for f32 storage, Hardware for bf16/f16,
+// where the hardware exp's error is far below the storage rounding):
 //   Hardware  exp(δ·A) = 2^(δ·(A·log2 e)) on the special-function unit
 //             (ex2.approx, ≤ 2 ulp relative; absolute error of dA ≤ ~2.2e-8
 //             from the rounded argument). What makes the scan fast.
@@ -50,13 +51,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/config.hpp"
+
 namespace mc::kern::scan {
 
-enum class Route { Checkpointed, Chunked, Sequential };
-enum class ExpMath { Hardware, Accurate };
-
-const char* to_string(Route r);
-const char* to_string(ExpMath e);
+// core/config.hpp: Checkpointed | Chunked | Sequential, and Auto | Hardware |
+// Accurate (Auto: Accurate for f32 storage, Hardware for bf16/f16, see above).
+using Route = ::mc::ScanRoute;
+using ExpMath = ::mc::ScanExp;
+using ::mc::to_string;
 
 struct Shape {
   int64_t B = 0, T = 0, di = 0, ds = 0;
@@ -73,7 +76,7 @@ template <class T>
 struct FwdParams {
   Shape shape;
   Route route = Route::Checkpointed;
-  ExpMath exp = ExpMath::Hardware;
+  ExpMath exp = ExpMath::Auto;
   // inputs
   Rows<const T> delta;                // [B*T, di]: Δ, or Δraw when delta_bias is set
   const float* delta_bias = nullptr;  // [di] or null: δ = softplus(Δraw + bias) in the kernel
@@ -97,7 +100,7 @@ template <class T>
 struct BwdParams {
   Shape shape;
   Route route = Route::Checkpointed;
-  ExpMath exp = ExpMath::Hardware;
+  ExpMath exp = ExpMath::Auto;
   // the forward's inputs, as given to it
   Rows<const T> delta;
   const float* delta_bias = nullptr;

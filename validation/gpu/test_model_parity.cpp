@@ -58,12 +58,16 @@ TEST_F(ModelParity, OneLayerSequential) {
   check_model(kOneLayer, 2, 37, 101, ScanMode::Sequential);
 }
 TEST_F(ModelParity, OneLayerParallel) { check_model(kOneLayer, 2, 37, 101, ScanMode::Parallel); }
+TEST_F(ModelParity, OneLayerCheckpointed) {
+  check_model(kOneLayer, 2, 37, 101, ScanMode::Checkpointed);
+}
 
 // Odd d_inner (expand 3 x d_model 17 = 51), d_conv 1 and a single timestep.
 TEST_F(ModelParity, OneLayerOddInnerConv1) {
   const ModelConfig c = make_cfg(17, 7, 1, 3, 1, 6);
   check_model(c, 3, 1, 102, ScanMode::Sequential);
   check_model(c, 3, 1, 102, ScanMode::Parallel);
+  check_model(c, 3, 1, 102, ScanMode::Checkpointed);
 }
 
 // d_state > 64: the dispatcher must route to the parallel scan in every mode.
@@ -81,24 +85,57 @@ TEST_F(ModelParity, BackboneSequential) {
   check_model(kBackbone, 3, 41, 201, ScanMode::Sequential);
 }
 TEST_F(ModelParity, BackboneParallel) { check_model(kBackbone, 3, 41, 201, ScanMode::Parallel); }
+TEST_F(ModelParity, BackboneCheckpointed) {
+  check_model(kBackbone, 3, 41, 201, ScanMode::Checkpointed);
+}
 
-// T > 256: Auto picks the parallel scan; checked against the sequential route too.
+// A longer sequence (several checkpoint chunks, and the seed rule's T > 256) on every route.
 TEST_F(ModelParity, BackboneLongSequenceBothModes) {
   const ModelConfig c = make_cfg(16, 16, 4, 2, 2, 8);
   for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto})
     check_model(c, 2, 300, 202, m);
 }
 
-// The dispatch decision the Model reports is the spec §1.3 predicate.
+// The checkpointed route with the hardware exponential in f32 (Auto picks the
+// accurate one for f32; this is the same rule applied to the faster choice).
+TEST_F(ModelParity, BackboneCheckpointedHardwareExp) {
+  for (const ModelConfig& c : {kBackbone, make_cfg(16, 16, 4, 2, 2, 8)}) {
+    const int64_t T = c.d_model == 16 ? 300 : 41;
+    const ModelInputs in = make_inputs(c, 3, T, 203);
+    const std::string label = describe(c, 3, T) + " scan=checkpointed hw-exp";
+    SCOPED_TRACE(label);
+    const References refs = references(in, /*backward=*/true, 203);
+    const auto K = gpu_run(in, ScanMode::Checkpointed, gpu::GemmMath::F32, false, ScanExp::Hardware);
+    expect_pass_and_record(compare_model(label, in, K, refs, /*backward=*/true));
+  }
+}
+
+// The route the Model reports is core/config.hpp's scan_route: Auto and
+// Checkpointed the checkpointed route for every T, Parallel the chunked seed
+// route, Sequential the sequential one unless d_state > 64 forces chunked; and
+// Auto's exponential is the accurate one for f32, the hardware one for bf16/f16.
 TEST_F(ModelParity, ReportsScanRoute) {
-  const ModelConfig c = make_cfg(8, 16, 4, 2, 1, 8);
-  for (int64_t T : {1, 256, 257}) {
-    for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto}) {
-      gpu::RunOptions opt;
-      opt.scan = m;
-      gpu::Model model(c, 1, T, opt);
-      EXPECT_EQ(model.uses_parallel_scan(), use_parallel_scan(m, T, c.d_state))
-          << "T=" << T << " mode=" << to_string(m);
+  for (int ds : {16, 65}) {
+    const ModelConfig c = make_cfg(8, ds, 4, 2, 1, 8);
+    for (int64_t T : {1, 256, 257}) {
+      for (ScanMode m :
+           {ScanMode::Sequential, ScanMode::Parallel, ScanMode::Auto, ScanMode::Checkpointed}) {
+        for (DType dt : {DType::F32, DType::BF16}) {
+          gpu::RunOptions opt;
+          opt.scan = m;
+          opt.dtype = dt;
+          gpu::Model model(c, 1, T, opt);
+          const ScanRoute want = m == ScanMode::Parallel || (m == ScanMode::Sequential && ds > 64)
+                                     ? ScanRoute::Chunked
+                                     : (m == ScanMode::Sequential ? ScanRoute::Sequential
+                                                                  : ScanRoute::Checkpointed);
+          EXPECT_EQ(model.scan_route(), want) << "T=" << T << " mode=" << to_string(m);
+          const ScanExp want_exp = want != ScanRoute::Checkpointed || dt == DType::F32
+                                       ? ScanExp::Accurate
+                                       : ScanExp::Hardware;
+          EXPECT_EQ(model.scan_exp(), want_exp) << "T=" << T << " mode=" << to_string(m);
+        }
+      }
     }
   }
 }

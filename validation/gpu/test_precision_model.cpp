@@ -57,7 +57,8 @@ ModelConfig model_like(int d_model) {
 void check_model_like(int d_model, DType dtype) {
   const ModelConfig cfg = model_like(d_model);
   const PrecisionCase pc = run_precision_case(cfg, kBatch, kSeqLen, kSeed, dtype,
-                                              {ScanMode::Sequential, ScanMode::Parallel});
+                                              {ScanMode::Checkpointed, ScanMode::Sequential,
+                                               ScanMode::Parallel});
   char times[200];
   std::snprintf(times, sizeof times,
                 "wall time: oracle O (f64) %.1f s, baseline P (f32, %s storage) %.1f s, GPU %zu "

@@ -61,7 +61,7 @@
 #include "gpu/device_buffer.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/scan/scan.hpp"
-#include "kernels/scan_math.cuh"
+#include "kernels/scan/exp_math.cuh"
 #include "reference_cpu/steps.hpp"
 #include "validation/support/gpu_test.hpp"
 
@@ -309,7 +309,7 @@ ScanOutputs<S> run_oracle(const ScanInputs& in, DType round = DType::F32) {
 }
 
 // One way of running the scan: a route and an exponential.
-struct Run {
+struct RouteRun {
   Route route;
   ExpMath exp;
   std::string name() const {
@@ -320,8 +320,8 @@ struct Run {
 
 // The runs a case supports: the checkpointed route with both exponentials, and
 // the cross-check routes where the case is plain (and d_state <= 64 for sequential).
-std::vector<Run> runs_for(const ScanCase& c) {
-  std::vector<Run> r = {{Route::Checkpointed, ExpMath::Hardware},
+std::vector<RouteRun> runs_for(const ScanCase& c) {
+  std::vector<RouteRun> r = {{Route::Checkpointed, ExpMath::Hardware},
                         {Route::Checkpointed, ExpMath::Accurate}};
   if (!c.fused()) {
     r.push_back({Route::Chunked, ExpMath::Accurate});
@@ -337,7 +337,7 @@ int64_t ckpt_chunk(const ScanCase& c) {
 
 // The kernel under test, plus the checks that need no oracle (recorded as failures).
 template <class T>
-ScanOutputs<float> run_gpu(const ScanInputs& in, const Run& run) {
+ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   const ScanCase& c = in.c;
   const scan::Shape sh{c.B, c.T, c.di, c.ds};
   const std::string label = c.name() + "." + run.name();
@@ -488,7 +488,7 @@ struct Compared {
   std::vector<const std::vector<float>*> kernel;  // K per rule (for run agreement)
 };
 
-Compared compare(const std::string& label, const ScanCase& c, const Run& run,
+Compared compare(const std::string& label, const ScanCase& c, const RouteRun& run,
                  const ScanOutputs<float>& K, const ScanOutputs<double>& O,
                  const ScanOutputs<float>& P) {
   using mc::check::k_rule;
@@ -656,11 +656,11 @@ void run_case(const ScanCase& c) {
   const ScanInputs in = make_inputs(c);
   const ScanOutputs<double> O = run_oracle<double>(in);
   const ScanOutputs<float> P = run_oracle<float>(in, c.dtype);
-  const std::vector<Run> runs = runs_for(c);
+  const std::vector<RouteRun> runs = runs_for(c);
   std::vector<ScanOutputs<float>> K;
   K.reserve(runs.size());
   std::vector<Compared> cmp;
-  for (const Run& r : runs) {
+  for (const RouteRun& r : runs) {
     K.push_back(run_gpu<T>(in, r));
     cmp.push_back(compare(c.name() + "." + r.name(), c, r, K.back(), O, P));
   }
@@ -773,8 +773,8 @@ TEST_F(ScanLongSequence, T65536Beyond2Pow31) {
                       D = upload<float>(in.D, "D"), h0 = upload<float>(in.h0, "h0");
   std::vector<float> dC_chunked;
   double dC_bound_chunked = 0;
-  for (const Run run : {Run{Route::Chunked, ExpMath::Accurate}, Run{Route::Sequential, ExpMath::Accurate},
-                        Run{Route::Checkpointed, ExpMath::Hardware}}) {
+  for (const RouteRun run : {RouteRun{Route::Chunked, ExpMath::Accurate}, RouteRun{Route::Sequential, ExpMath::Accurate},
+                        RouteRun{Route::Checkpointed, ExpMath::Hardware}}) {
     const std::string mode = "T65536." + run.name();
     DeviceBuffer<float> saved(scan::saved_floats(sh, run.route), "saved");
     DeviceBuffer<char> ws(scan::bwd_workspace_bytes(sh, run.route), "workspace");
@@ -1050,7 +1050,12 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
       EXPECT_EQ(g.channels_per_block * g.lanes, g.threads) << ds;
       EXPECT_EQ(g.blocks, 3 * ((77 + g.channels_per_block - 1) / g.channels_per_block)) << ds;
       EXPECT_EQ(g.n_ckpt, (1000 + g.chunk - 1) / g.chunk) << ds;
-      EXPECT_LE(g.smem_bytes, size_t(100) << 10) << ds << ": two blocks per SM fit";
+      // launchable on sm_90 (227 KiB per block); three blocks per SM fit for 5 <= d_state
+      // <= 128, two for d_state <= 4 (128 channels per block: their per-step scalars)
+      EXPECT_LE(g.smem_bytes, size_t(227) << 10) << ds;
+      if (ds <= 4) EXPECT_LE(g.smem_bytes, size_t(100) << 10) << ds << ": two blocks per SM";
+      if (ds > 4 && ds <= 128)
+        EXPECT_LE(g.smem_bytes, size_t(76) << 10) << ds << ": three blocks per SM";
       EXPECT_EQ(scan::saved_floats(sh, Route::Checkpointed), size_t(3 * g.n_ckpt * 77 * ds)) << ds;
     }
 }

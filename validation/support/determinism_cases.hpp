@@ -57,6 +57,8 @@ inline std::vector<Route> routes() {
     r.push_back({t, ScanMode::Sequential, 16});
     r.push_back({t, ScanMode::Parallel, 16});
     r.push_back({t, ScanMode::Parallel, 128});
+    r.push_back({t, ScanMode::Checkpointed, 16});
+    r.push_back({t, ScanMode::Checkpointed, 128});
   }
   return r;
 }

@@ -97,11 +97,12 @@ inline Shape gen_shape(int max_ds = int(Limits::kMaxDState)) {
   return s;
 }
 
-// The scan modes a shape exercises: both when d_state allows the sequential
-// kernel, else only the parallel one (the dispatcher forces it).
+// The scan modes a shape exercises: the checkpointed route, the chunked seed
+// route, and the sequential one when d_state allows it.
 inline std::vector<ScanMode> modes_for(const Shape& s) {
-  if (s.cfg.d_state <= Limits::kMaxSeqScanDState) return {ScanMode::Sequential, ScanMode::Parallel};
-  return {ScanMode::Parallel};
+  if (s.cfg.d_state <= Limits::kMaxSeqScanDState)
+    return {ScanMode::Checkpointed, ScanMode::Sequential, ScanMode::Parallel};
+  return {ScanMode::Checkpointed, ScanMode::Parallel};
 }
 
 }  // namespace mc::testing

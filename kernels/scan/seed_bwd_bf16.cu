@@ -1,9 +1,9 @@
-// scan_bwd_f32.cu — explicit instantiation of the backward selective scan for
-// float storage (one TU per dtype so nvcc compiles them in parallel).
-#include "kernels/scan_bwd.cuh"
+// scan_bwd_bf16.cu — explicit instantiation of the backward selective scan for
+// __nv_bfloat16 storage (one TU per dtype so nvcc compiles them in parallel).
+#include "kernels/scan/seed_bwd.cuh"
 
 namespace mc::kern {
-using T = float;
+using T = __nv_bfloat16;
 template void scan_bwd<T>(bool, const ScanShape&, const T*, const T*, const T*, const T*,
                           const float*, const float*, const float*, const T*, T*, T*, float*,
                           float*, float*, float*, float*, void*, cudaStream_t);

@@ -1,9 +1,9 @@
-// scan_fwd_f32.cu — explicit instantiation of the forward selective scan for
-// float storage (one TU per dtype so nvcc compiles them in parallel).
-#include "kernels/scan_fwd.cuh"
+// scan_fwd_f16.cu — explicit instantiation of the forward selective scan for
+// __half storage (one TU per dtype so nvcc compiles them in parallel).
+#include "kernels/scan/seed_fwd.cuh"
 
 namespace mc::kern {
-using T = float;
+using T = __half;
 template void scan_fwd<T>(bool, const ScanShape&, const T*, const T*, const T*, const T*,
                           const float*, const float*, float*, float*, T*, cudaStream_t);
 }  // namespace mc::kern

@@ -1,7 +1,7 @@
 // scan_reduce.cu — launchers of the fixed-order scan reductions
 // (kernels in scan_reduce_kernels.cuh): grid-stride over the outputs.
 #include "kernels/cuda_check.hpp"
-#include "kernels/scan_reduce_kernels.cuh"
+#include "kernels/scan/seed_reduce_kernels.cuh"
 
 namespace mc::kern::scan_detail {
 

@@ -1,6 +1,6 @@
 // scan_bwd_f16.cu — explicit instantiation of the backward selective scan for
 // __half storage (one TU per dtype so nvcc compiles them in parallel).
-#include "kernels/scan_bwd.cuh"
+#include "kernels/scan/seed_bwd.cuh"
 
 namespace mc::kern {
 using T = __half;

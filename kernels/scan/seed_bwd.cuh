@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/scan_bwd_kernels.cuh"
+#include "kernels/scan/seed_bwd_kernels.cuh"
 
 namespace mc::kern::scan_detail {
 

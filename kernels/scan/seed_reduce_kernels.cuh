@@ -7,7 +7,7 @@
 // kernels are plain, non-inline definitions).
 #pragma once
 
-#include "kernels/scan_common.cuh"
+#include "kernels/scan/seed_common.cuh"
 
 namespace mc::kern::scan_detail {
 

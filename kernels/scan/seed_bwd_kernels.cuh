@@ -31,8 +31,8 @@
 // its dt channels inside every chunk (per-channel carries in shared memory).
 #pragma once
 
-#include "kernels/scan_common.cuh"
-#include "kernels/scan_math.cuh"
+#include "kernels/scan/seed_common.cuh"
+#include "kernels/scan/exp_math.cuh"
 
 namespace mc::kern::scan_detail {
 

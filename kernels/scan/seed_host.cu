@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/scan_common.cuh"
+#include "kernels/scan/seed_common.cuh"
 
 namespace mc::kern {
 

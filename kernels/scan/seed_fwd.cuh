@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/scan_fwd_kernels.cuh"
+#include "kernels/scan/seed_fwd_kernels.cuh"
 
 namespace mc::kern::scan_detail {
 

@@ -38,8 +38,8 @@
 // fixed order that depends only on (T, ds).
 #pragma once
 
-#include "kernels/scan_common.cuh"
-#include "kernels/scan_math.cuh"
+#include "kernels/scan/seed_common.cuh"
+#include "kernels/scan/exp_math.cuh"
 
 namespace mc::kern::scan_detail {
 

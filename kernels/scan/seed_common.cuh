@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/scan.cuh"
+#include "kernels/scan/seed.hpp"
 
 // ---- launch seam ---------------------------------------------------------------------
 // Every scan kernel launch goes through scan_detail::launch(). Under nvcc it is a
@@ -31,7 +31,7 @@
 // one fiber per CUDA thread — to exercise kernel logic, geometry and barrier
 // placement on machines without a GPU.
 #if defined(MC_SCAN_HOST_EMULATION)
-#include "kernels/scan_emulation.cuh"
+#include "kernels/scan/emulation.cuh"
 #else
 namespace mc::kern::scan_detail {
 template <class... P, class... A>
