@@ -28,7 +28,8 @@
 #             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
-# Environment: PHASE_TIMEOUT (seconds per phase, default 900), CTEST_ARGS.
+# Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
+# phase, non-alphanumerics as _), CTEST_ARGS, SCAN_ARGS, PEER_DIR.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"; out="$2"; shift 2
@@ -40,8 +41,10 @@ status=0
 run_phase() {  # name, command...
   local name="$1"; shift
   local t0=$(date +%s)
+  local var="TIMEOUT_${name//[^A-Za-z0-9]/_}"  # per-phase limit, e.g. TIMEOUT_ctest_gpu=240
+  local limit="${!var:-$tmo}"
   echo "=== $name: $*"
-  timeout "$tmo" "$@" >"$out/logs/$name.txt" 2>&1
+  timeout "$limit" "$@" >"$out/logs/$name.txt" 2>&1
   local rc=$?
   echo "=== $name: rc=$rc in $(( $(date +%s) - t0 )) s"
   tail -n 25 "$out/logs/$name.txt"
