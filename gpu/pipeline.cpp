@@ -112,7 +112,7 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(dxdbl_, n_of(R * xd), "d_xdbl");
   // largest tensor the finite check scans in one piece
   const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * di * dc,
-                                    R * 2 * di, R * mid, R * dm, L * B * di * std::max(dc, ds)});
+                                    R * 2 * di, R * xd, R * mid, R * dm, L * B * di * std::max(dc, ds)});
   fc_.plan(plan, biggest);
   bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx.workspace_bytes());
   // Defined contents everywhere the first use may read: zero state and grads.

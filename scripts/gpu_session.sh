@@ -80,7 +80,7 @@ for p in "${phases[@]}"; do
         --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section InstructionStats \
         "$build/bench/bench_scan" --cases=2048:16 --routes=checkpointed-hw --dtypes=f32,bf16 \
-        --benchmark_min_time=0.001s ;;
+        --benchmark_min_time=0.001 --benchmark_filter='scan_(fwd|bwd)/' ;;
     info)
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;
