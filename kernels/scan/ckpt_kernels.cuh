@@ -57,6 +57,7 @@ struct CkptGeom {
   int log2_lanes = 0;
   int warps = 4;       // W per block
   int cb = 0;          // channels per block = W·32/L
+  int log2_cb = 0;
   int ds_pad = 4;      // L·S: states per channel the threads hold (the B/C tile row)
   int64_t nblk_d = 0;  // channel blocks per sample = ceil(di / cb)
   int64_t n_ckpt = 0;  // ceil(T / K)
@@ -231,13 +232,16 @@ __device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds
 
 // The chunk's per-(t, d) outputs [K][CB] (f32 in shared memory) to the device rows
 // t0 .. t0+nk-1 of the block's valid channels, RN to T: one coalesced block pass.
+// CB = 2^log2_cb, and CB divides the block size: each thread keeps one column.
 template <class T>
-__device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src, int CB, int nk,
-                                            int cols_valid) {
-  for (int e = int(threadIdx.x); e < nk * CB; e += int(blockDim.x)) {
-    const int r = e / CB, c = e - r * CB;
-    if (c < cols_valid) store_rn(dst + r * ld + c, src[e]);
-  }
+__device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src, int log2_cb,
+                                            int nk, int cols_valid) {
+  const int CB = 1 << log2_cb;
+  const int c = int(threadIdx.x) & (CB - 1);
+  if (c >= cols_valid) return;
+  const int rstep = int(blockDim.x) >> log2_cb;
+  for (int r = int(threadIdx.x) >> log2_cb; r < nk; r += rstep)
+    store_rn(dst + r * ld + c, src[(r << log2_cb) + c]);
 }
 
 // ---- forward --------------------------------------------------------------------------
@@ -308,7 +312,7 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c-1
     if (c + 1 < g.n_ckpt) stage(c + 1, bf ^ 1);  // copies overlap this chunk's math
     if (c > 0)  // chunk c-1's y, one coalesced pass
-      store_chunk<T>(p.y + (row0 + t0 - K) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), CB, K,
+      store_chunk<T>(p.y + (row0 + t0 - K) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), g.log2_cb, K,
                      m.cols_valid);
     if (p.ckpt && m.dvalid && m.nvalid > 0)  // the state before step t0
       store_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
@@ -327,7 +331,7 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
     const T* Ct = bct(bf, 1) + m.n0;
-#pragma unroll 4
+#pragma unroll
     for (int k = 0; k < K; ++k) {  // branch-free: steps past T leave h unchanged
       const float dl = sc_delta[k * CB + m.ch];
       const float du = sc_du[k * CB + m.ch];
@@ -349,7 +353,7 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
   __syncthreads();  // the last chunk's y
   {
     const int64_t c = g.n_ckpt - 1;
-    store_chunk<T>(p.y + (row0 + c * K) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)), CB,
+    store_chunk<T>(p.y + (row0 + c * K) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)), g.log2_cb,
                    int(p.T - c * K), m.cols_valid);
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
@@ -420,10 +424,12 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
   auto store_outputs = [&](int64_t c) {
     const int bf = int(c & 1), rows = int(min(int64_t(K), p.T - c * K));
     const int64_t r = row0 + c * K;
-    store_chunk<T>(p.d_delta + r * p.ld_dd + m.d0, p.ld_dd, out_t(bf, 0), CB, rows, m.cols_valid);
-    store_chunk<T>(p.du + r * p.ld_du + m.d0, p.ld_du, out_t(bf, 1), CB, rows, m.cols_valid);
+    store_chunk<T>(p.d_delta + r * p.ld_dd + m.d0, p.ld_dd, out_t(bf, 0), g.log2_cb, rows,
+                   m.cols_valid);
+    store_chunk<T>(p.du + r * p.ld_du + m.d0, p.ld_du, out_t(bf, 1), g.log2_cb, rows, m.cols_valid);
     if (has_z)
-      store_chunk<T>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(bf, 2), CB, rows, m.cols_valid);
+      store_chunk<T>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(bf, 2), g.log2_cb, rows,
+                     m.cols_valid);
   };
   float dD_acc = 0.f;
   int wb = 0;  // wsum buffer
@@ -488,7 +494,7 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
       float h[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) h[s] = hck[s];
-#pragma unroll 2
+#pragma unroll
       for (int k = 0; k < K; ++k) {
         const float dl = sc_delta[k * CB + m.ch];
         const float du = dl * sc_u[k * CB + m.ch];
@@ -518,7 +524,7 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
     // walk the chunk backwards, Q steps per dB/dC batch; steps past T have dl = dy = 0:
     // dA = 1 and dh, dAn (= 1), dal, dD unchanged
     for (int qb = (nk - 1) / Q; qb >= 0; --qb) {
-#pragma unroll 2
+#pragma unroll
       for (int kk = Q - 1; kk >= 0; --kk) {
         const int k = qb * Q + kk;
         const float dl = sc_delta[k * CB + m.ch];

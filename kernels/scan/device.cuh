@@ -227,10 +227,16 @@ __device__ __forceinline__ void stage_tile(T* dst, int dst_ld, const T* src, int
   constexpr int kPer16 = int(16 / sizeof(T));
   const int tid = int(threadIdx.x), nt = int(blockDim.x);
   if (async16 && rows_valid == rows && cols_valid == cols) {
-    const int upr = cols / kPer16;
-    for (int u = tid; u < rows * upr; u += nt) {
-      const int r = u / upr, q = u - r * upr;
-      cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+    const int upr = cols / kPer16;  // 16-byte units per row
+    if (nt % upr == 0) {            // each thread keeps one unit column: no division per unit
+      const int q = tid % upr, rstep = nt / upr;
+      for (int r = tid / upr; r < rows; r += rstep)
+        cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+    } else {
+      for (int u = tid; u < rows * upr; u += nt) {
+        const int r = u / upr, q = u - r * upr;
+        cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+      }
     }
   } else {
     for (int e = tid; e < rows * cols; e += nt) {
