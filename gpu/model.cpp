@@ -243,6 +243,29 @@ PhaseTimes Model::take_phase_times() {
   return impl_->ctx.phases().take();
 }
 
+void Model::download_output(std::vector<float>& out) {
+  impl_->ctx.activate();
+  out.resize(size_t(impl_->B * impl_->T * impl_->dims.dm));
+  impl_->pipe->download_output(out.data());
+}
+
+void Model::download_grads(std::vector<float>& grads, std::vector<float>* d_conv0,
+                           std::vector<float>* d_ssm0) {
+  const Dims& d = impl_->dims;
+  if ((d_conv0 || d_ssm0) && !impl_->opt.state_grads)
+    throw ConfigError(
+        "state gradients requested (d_conv0/d_ssm0 non-null) but RunOptions::state_grads is "
+        "false");
+  impl_->ctx.activate();
+  grads.resize(size_t(impl_->layout.total));
+  impl_->pipe->download_grads(grads.data());
+  if (d_conv0) d_conv0->resize(size_t(d.L * impl_->B * d.di * d.dc));
+  if (d_ssm0) d_ssm0->resize(size_t(d.L * impl_->B * d.di * d.ds));
+  if (d_conv0 || d_ssm0)
+    impl_->pipe->download_state_grads(d_conv0 ? d_conv0->data() : nullptr,
+                                      d_ssm0 ? d_ssm0->data() : nullptr);
+}
+
 void Model::synchronize() {
   impl_->ctx.activate();
   MC_CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream()), "Model::synchronize");

@@ -165,6 +165,12 @@ class Model {
   void upload_d_out(const std::vector<float>& d_out);
   void forward_device();
   void backward_device();
+  // Results of the last device step (eager or replay_step), downloaded
+  // (synchronises): out [B*T, dm]; grads [total] and, with state_grads,
+  // d_conv0 / d_ssm0 (null: not wanted).
+  void download_output(std::vector<float>& out);
+  void download_grads(std::vector<float>& grads, std::vector<float>* d_conv0 = nullptr,
+                      std::vector<float>* d_ssm0 = nullptr);
   void synchronize();
   void* stream_handle();  // cudaStream_t
   int64_t device_bytes_allocated() const;

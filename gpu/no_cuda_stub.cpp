@@ -46,6 +46,10 @@ void Model::upload_input(const std::vector<float>&) { unavailable(); }
 void Model::upload_d_out(const std::vector<float>&) { unavailable(); }
 void Model::forward_device() { unavailable(); }
 void Model::backward_device() { unavailable(); }
+void Model::download_output(std::vector<float>&) { unavailable(); }
+void Model::download_grads(std::vector<float>&, std::vector<float>*, std::vector<float>*) {
+  unavailable();
+}
 void Model::synchronize() { unavailable(); }
 void* Model::stream_handle() { unavailable(); }
 int64_t Model::device_bytes_allocated() const { unavailable(); }
