@@ -142,6 +142,14 @@ __device__ __forceinline__ void load_vec(const __half* p, bool vec, int valid, f
   load_vec_half<__half, S>(p, vec, valid, v);
 }
 
+// The same with the group width a compile-time constant: no predicated levels.
+template <int L>
+__device__ __forceinline__ float group_sum_c(float v) {
+#pragma unroll
+  for (int m = 1; m < L; m <<= 1) v += shfl_xor(v, m);
+  return v;
+}
+
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) -------------------------
 // 16 bytes per call; both addresses 16-byte aligned. commit closes a group, wait_all
 // waits for every group of the calling thread (a __syncthreads then publishes them).
