@@ -1,11 +1,10 @@
 // ctest-labels: gpu
-// test_step_parity.cpp — every non-scan GPU kernel and GEMM role against its step of the
-// CPU oracle (reference_cpu/steps.hpp), a TYPED_TEST over the storage types f32, bf16, f16
-// (StepParity/<dtype>) on validation/support/step_testbed.hpp: O, P, K, then the k-rule of
-// check/compare.hpp or bitwise K == P. Shapes: odd sizes, every d_conv in 1..8, T around the
-// conv chunk, non-zero carried states, gradients accumulated (+=) onto non-zero values. Also:
-// bitwise reproducible reductions, nosave conv == saving conv, RN casts, the smallest
-// non-finite index, and the refusal of d_conv = 9 (no device needed).
+// test_step_parity.cpp — every non-scan GPU kernel and GEMM role against its step of the CPU
+// oracle (reference_cpu/steps.hpp), a TYPED_TEST over the storage types f32, bf16 and f16 on the
+// step testbed (validation/support/step_testbed.hpp). Shapes: odd sizes, every d_conv in 1..8, T
+// around the conv chunk, non-zero carried states, gradients accumulated (+=) onto non-zero values;
+// also bitwise reproducible reductions, nosave conv == saving conv, RN casts, the first non-finite
+// index, and the refusal of d_conv = 9 (no device needed).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -35,8 +34,6 @@ using mc::testing::shape_tag;
 using mc::testing::uniform;
 namespace kern = mc::kern;
 namespace ref = mc::ref;
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
 template <class T> using StepParity = mc::testing::StepTest<T>;
 TYPED_TEST_SUITE(StepParity, mc::testing::StorageTypes, mc::testing::StorageTypeName);
@@ -70,41 +67,46 @@ TYPED_TEST(StepParity, RmsNormBackward) {  // typed dy, f32 x -> f32 dx, dg (+=)
     const auto x = tb.in("x", uniform(R * D, 21 + R, -2.0, 2.0));
     const auto g = tb.in("g", uniform(D, 22 + D, 0.5, 1.5));
     const auto dy = tb.in_typed("dy", uniform(R * D, 23 + R, -1.0, 1.0));
-    std::vector<float> rms_f(sz(R)), y_f(sz(R * D));  // the float forward's saved rms
+    std::vector<float> rms_f(R), y_f(R * D);  // the float forward's saved rms
     ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
                             rms_f.data());
     const auto rms = tb.in("rms", rms_f);
     const auto dx = tb.out("rmsnorm_bwd.dx", R * D);
     const auto dg = tb.inout("rmsnorm_bwd.dg", uniform(D, 24 + D, -0.5, 0.5));
     float* scratch = tb.scratch(kern::rmsnorm_bwd_scratch_floats(R, D));
-    const auto kernel = [&](auto& d) {
+    const auto bwd = [&](auto& d) {
       kern::rmsnorm_bwd<TypeParam>(d[dy], d[x], d[g], d[rms], R, D, d[dx], d[dg], scratch, d.s);
     };
-    tb.run([&](auto& h) { ref::rmsnorm_bwd(h[dy], h[x], h[g], h[rms], R, D, h[dx], h[dg]); },
-           kernel);
-    tb.rerun("the same launch again", kernel, {dg});  // fixed-order reduction
+    tb.run([&](auto& h) { ref::rmsnorm_bwd(h[dy], h[x], h[g], h[rms], R, D, h[dx], h[dg]); }, bwd);
+    tb.rerun("the same launch again", bwd, {dg});  // fixed-order reduction
   }
 }
 
 struct MKN { int64_t M, K, N; };
 const MKN kGemmShapes[] = {{1, 1, 1}, {37, 19, 23}, {64, 128, 96}, {257, 33, 5}};
 
-// The f32 GEMM result, its bias added in f32, then one rounding (input_proj).
+// The f32 GEMM result, its bias added in f32, then one rounding (input_proj); and the
+// unbiased forward with a typed output (in_proj, x_proj, out_proj).
 TYPED_TEST(StepParity, GemmForwardWithF32Bias) {
   const mc::gpu::Gemm gemm = this->gemm();
   for (const MKN sh : kGemmShapes) {
     const int64_t M = sh.M, K = sh.K, N = sh.N, ldx = K + 3;  // X rows strided (dt_in in xdbl)
     auto tb = this->bed(shape_tag({{"M", M}, {"K", K}, {"N", N}}));
     const auto Xs = tb.in_typed("X_strided", uniform(M * ldx, 31 + M, -1.0, 1.0));
-    std::vector<float> X_c(sz(M * K));
+    std::vector<float> X_c(M * K);
     ref::gather_cols(tb.host(Xs).data(), M, ldx, 0, K, X_c.data());
     const auto X = tb.in_typed("X", X_c);
     const auto W = tb.in_typed("W", uniform(K * N, 32 + K, -1.0, 1.0));
     const auto b = tb.in("b", uniform(N, 33 + N, -1.0, 1.0));
     const auto Y = tb.out_rounded("gemm_fwd_bias.Y", M * N);
-    tb.run([&](auto& h) { ref::linear_fwd(h[X], h[W], h[b], M, K, N, h[Y]); }, [&](auto& d) {
+    const auto Yt = tb.out_typed("gemm_fwd.Y", M * N);
+    tb.run([&](auto& h) {
+      ref::linear_fwd(h[X], h[W], h[b], M, K, N, h[Y]);
+      ref::linear_fwd(h[X], h[W], h.null(), M, K, N, h[Yt]);
+    }, [&](auto& d) {
       gemm.forward<TypeParam, float>("test forward", d[Xs], ldx, d[W], d[Y], N, M, K, N);
       kern::bias_add_round<TypeParam>(d[Y], d[b], M, N, d.s);
+      gemm.forward<TypeParam, TypeParam>("test forward typed", d[Xs], ldx, d[W], d[Yt], N, M, K, N);
     });
   }
 }
@@ -190,8 +192,8 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
     // Saved forward tensors: the float forward on a carried state.
     const auto xb = tb.quantised(uniform(n, 71 + T, -2.0, 2.0));
     const auto w_v = uniform(di * dc, 72 + dc, -1.0, 1.0), bias = uniform(di, 73 + di, -0.5, 0.5);
-    std::vector<float> st = uniform(B * di * dc, 74 + B, -1.0, 1.0), win_v(sz(n * dc)),
-                       pc_v(sz(n)), u_v(sz(n));
+    std::vector<float> st = uniform(B * di * dc, 74 + B, -1.0, 1.0), win_v(n * dc),
+                       pc_v(n), u_v(n);
     ref::conv1d_silu_fwd<float>(xb.data(), w_v.data(), bias.data(), B, T, di, dc, st.data(),
                                 win_v.data(), pc_v.data(), u_v.data());
     const auto du = tb.in_typed("du", uniform(n, 75 + T, -1.0, 1.0));
@@ -212,7 +214,7 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
     }, [&](auto& d) { bwd(d, d[ds0]); });
     tb.expect_K(ds0, "slot 0 of the incoming state is never read: its gradient is 0",
                 [&](const std::vector<float>& k) {
-                  for (int64_t i = 0; i < B * di; ++i) if (k[sz(i * dc)] != 0.0f) return false;
+                  for (int64_t i = 0; i < B * di; ++i) if (k[i * dc] != 0.0f) return false;
                   return true;
                 });
     tb.rerun("again with d_state0 = null", [&](auto& d) { bwd(d, nullptr); }, {dxb, dw, db});
@@ -302,14 +304,14 @@ TYPED_TEST(StepParity, GatherScatterColumnsAndDxdblAssembly) {
   const auto dx = tb.out_typed("assemble_dxdbl", R * xd, Check::Bitwise);
   tb.run([&](auto& h) {
     for (int i = 0; i < 3; ++i)
-      ref::gather_cols(h[src], R, xd, cols[i][0], cols[i][1], h[gathered[sz(i)]]);
+      ref::gather_cols(h[src], R, xd, cols[i][0], cols[i][1], h[gathered[i]]);
     ref::scatter_add_cols(h[add], R, xd, dr, ds, h[sc]);
     ref::scatter_add_cols(h[ddt], R, xd, 0, dr, h[dx]);
     ref::scatter_add_cols(h[dB], R, xd, dr, ds, h[dx]);
     ref::scatter_add_cols(h[dC], R, xd, dr + ds, ds, h[dx]);
   }, [&](auto& d) {
     for (int i = 0; i < 3; ++i)
-      kern::gather_cols<TypeParam>(d[src], R, xd, cols[i][0], cols[i][1], d[gathered[sz(i)]], d.s);
+      kern::gather_cols<TypeParam>(d[src], R, xd, cols[i][0], cols[i][1], d[gathered[i]], d.s);
     kern::scatter_add_cols<TypeParam>(d[add], R, xd, dr, ds, d[sc], d.s);
     kern::assemble_dxdbl<TypeParam>(d[ddt], d[dB], d[dC], R, dr, ds, d[dx], d.s);
   });
@@ -364,8 +366,7 @@ TYPED_TEST(StepParity, CastsAreRoundToNearestEven) {
 }
 
 TYPED_TEST(StepParity, ColumnSumFixedOrder) {  // typed rows -> f32 column sums (= or +=)
-  // rows: one level, exactly one chunk, two levels, three levels (> 1024²).
-  // (R = 1: the sum is one value, exact; otherwise >= 16 columns for the k-rule.)
+  // rows: one level, one chunk, two, three levels (> 1024²); >= 16 columns unless R = 1 (exact).
   for (const RowsDim sh : {RowsDim{1, 5}, RowsDim{7, 33}, RowsDim{1024, 16}, RowsDim{1025, 40},
                            RowsDim{5000, 70}, RowsDim{1048577 + 4, 16}}) {
     const int64_t R = sh.R, N = sh.D;
@@ -374,7 +375,7 @@ TYPED_TEST(StepParity, ColumnSumFixedOrder) {  // typed rows -> f32 column sums 
       const auto src = tb.in_typed("partials", uniform(R * N, 141 + R, -1.0, 1.0));
       const auto out = accumulate ? tb.inout("column_sum.acc", uniform(N, 142 + N, -1.0, 1.0))
                                   : tb.out("column_sum.set", N);
-      float* scratch = tb.scratch(std::max<size_t>(1, kern::column_sum_scratch_floats(R, N)));
+      float* scratch = tb.scratch(kern::column_sum_scratch_floats(R, N));  // none for R <= 1024
       const auto kernel = [&](auto& d) {
         kern::column_sum<TypeParam>(d[src], R, N, N, d[out], accumulate, scratch, d.s);
       };
@@ -385,26 +386,25 @@ TYPED_TEST(StepParity, ColumnSumFixedOrder) {  // typed rows -> f32 column sums 
 }
 
 TYPED_TEST(StepParity, FirstNonFiniteReportsSmallestIndex) {
-  using T = TypeParam;
   if (this->dry_run("first_nonfinite: -1 when all finite, else the smallest NaN/Inf index")) return;
   const cudaStream_t s = this->stream();
-  const auto first = [&](const mc::gpu::DeviceBuffer<T>& d) {
-    mc::gpu::DeviceBuffer<unsigned char> scratch(kern::first_nonfinite_scratch_bytes(d.size()), "");
-    return kern::first_nonfinite<T>(d.get(), int64_t(d.size()), scratch.get(), s);
+  const auto first = [&](const mc::gpu::DeviceBuffer<TypeParam>& d) {
+    mc::gpu::DeviceBuffer<char> scratch(kern::first_nonfinite_scratch_bytes(d.size()), "scratch");
+    return kern::first_nonfinite<TypeParam>(d.get(), int64_t(d.size()), scratch.get(), s);
   };
   for (const int64_t n : {1, 1000, 3000001}) {
     std::vector<float> v = uniform(n, 151 + n, -1.0, 1.0);
-    EXPECT_EQ(first(mc::testing::upload_as<T>(v, "buf", s)), -1) << n;
+    EXPECT_EQ(first(mc::testing::upload_as<TypeParam>(v, "buf", s)), -1) << n;
     const int64_t bad[] = {n - 1, n / 2, n / 3 + 1};  // in several blocks; the smallest wins
     int64_t want = n;
     for (size_t i = 0; i < 3; ++i) {
       if (bad[i] >= n) continue;
-      v[sz(bad[i])] = i % 2 ? INFINITY : NAN;
+      v[bad[i]] = i % 2 ? INFINITY : NAN;
       want = std::min(want, bad[i]);
     }
-    EXPECT_EQ(first(mc::testing::upload_as<T>(v, "buf", s)), want) << n;
+    EXPECT_EQ(first(mc::testing::upload_as<TypeParam>(v, "buf", s)), want) << n;
   }
-  if constexpr (std::is_same_v<T, __half>) {  // an f16 overflow the cast kernel wrote is found
+  if constexpr (std::is_same_v<TypeParam, __half>) {  // f16 overflow: 70000 -> inf
     std::vector<float> v = uniform(5000, 152, -1.0, 1.0);
     v[4321] = 70000.0f;
     const auto src = mc::testing::upload_as<float>(v, "src", s);

@@ -167,6 +167,7 @@ class HostSide {
  public:
   HostSide(std::vector<std::vector<S>>& bufs, DType q) : bufs_(bufs), q_(q) {}
   S* operator[](TensorId t) { return bufs_[t.id].data(); }
+  S* null() const { return nullptr; }  // an absent optional argument (S deduced as for h[t])
   template <class Tag>
   void round(Tensor<Tag> t) {
     if (std::is_same_v<Tag, F32> || q_ == DType::F32) return;
