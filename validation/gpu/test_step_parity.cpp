@@ -36,7 +36,7 @@ namespace kern = mc::kern;
 namespace ref = mc::ref;
 
 template <class T> using StepParity = mc::testing::StepTest<T>;
-TYPED_TEST_SUITE(StepParity, mc::testing::StorageTypes, mc::testing::StorageTypeName);
+TYPED_TEST_SUITE(StepParity, mc::testing::StorageTypes);  // ctest: StepParity.<test><type>
 
 struct RowsDim { int64_t R, D; };
 // Every reduced tensor has >= 16 elements (rms: R, dg: D), except the 1x1 edge
