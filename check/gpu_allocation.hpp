@@ -1,4 +1,5 @@
-// gpu_allocation.hpp — which GPU a test process runs on (issue 5, multi-GPU).
+// gpu_allocation.hpp — which GPU a test process runs on, so that CTest can spread
+// the GPU tests over every visible GPU.
 //
 // `MAMBACHECK_GPU_SPREAD=1 ctest -L gpu --resource-spec-file <spec> -j N`
 // (spec and command from scripts/ctest_gpu_resources.sh) runs the GPU tests

@@ -1,5 +1,6 @@
 // gradcheck.hpp — directional finite-difference gradient checks of the CPU
-// oracle in double (guide §B1), for each step function of steps.hpp, one
+// oracle in double (the directional check of PyTorch's fast gradcheck and JAX's
+// check_grads, with a 4-point stencil), for each step function of steps.hpp, one
 // layer and the whole backbone.
 //
 // For a function f of several input tensors, a random direction u over ALL

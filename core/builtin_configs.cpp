@@ -1,45 +1,73 @@
 // builtin_configs.cpp — the table of built-in named configs (see the header).
+// Each entry sets every field by name; its description is its purpose followed by
+// the fields and the derived d_inner (di) and dt_rank (dr), so no number is written twice.
 #include "core/builtin_configs.hpp"
+
+#include <sstream>
 
 namespace mc::ref {
 
 namespace {
 
-NamedConfig make(std::string name, int dm, int ds, int dc, int expand, int L, int mid, int64_t B,
-                 int64_t T, double eps, std::string description) {
-  NamedConfig c;
-  c.name = std::move(name);
-  c.cfg.d_model = dm;
-  c.cfg.d_state = ds;
-  c.cfg.d_conv = dc;
-  c.cfg.expand = expand;
-  c.cfg.n_layers = L;
-  c.cfg.input_dim = mid;
-  c.cfg.eps = eps;
-  c.B = B;
-  c.T = T;
-  c.description = std::move(description);
-  return c;
-}
+// A table row: Entry("name", "why it is in the set").d_model(..)...T(..).
+class Entry {
+ public:
+  Entry(const char* name, const char* purpose) : purpose_(purpose) { c_.name = name; }
+  Entry& d_model(int v) { return c_.cfg.d_model = v, *this; }
+  Entry& d_state(int v) { return c_.cfg.d_state = v, *this; }
+  Entry& d_conv(int v) { return c_.cfg.d_conv = v, *this; }
+  Entry& expand(int v) { return c_.cfg.expand = v, *this; }
+  Entry& n_layers(int v) { return c_.cfg.n_layers = v, *this; }
+  Entry& input_dim(int v) { return c_.cfg.input_dim = v, *this; }
+  Entry& eps(double v) { return c_.cfg.eps = v, *this; }
+  Entry& B(int64_t v) { return c_.B = v, *this; }
+  Entry& T(int64_t v) { return c_.T = v, *this; }
+
+  // Validated, with the description derived from the fields.
+  NamedConfig done() const {
+    NamedConfig c = c_;
+    const Dims d = Dims::from(c.cfg);
+    validate_runtime(d, c.B, c.T);
+    std::ostringstream os;
+    os << purpose_ << " (dm " << d.dm << ", di " << d.di << ", ds " << d.ds << ", dc " << d.dc
+       << ", dr " << d.dr << ", L " << d.L << ", mid " << d.mid << ", B " << c.B << ", T " << c.T
+       << ", eps " << d.eps << ")";
+    c.description = os.str();
+    return c;
+  }
+
+ private:
+  NamedConfig c_;
+  const char* purpose_;
+};
 
 std::vector<NamedConfig> build_table() {
   std::vector<NamedConfig> v;
-  v.push_back(make("tiny", 8, 4, 3, 2, 2, 5, 2, 7, 1e-5, "everything small: dm 8, di 16, ds 4, dc 3, L 2, B 2, T 7"));
-  v.push_back(make("dconv1-t1", 8, 4, 1, 2, 2, 4, 2, 1, 1e-5,
-                   "edge case: d_conv 1 (the conv is a per-channel scale) and a single timestep"));
-  v.push_back(make("odd", 13, 7, 2, 3, 3, 11, 3, 17, 1e-6,
-                   "odd sizes: dm 13, di 39 (not a multiple of 4), ds 7, dc 2, L 3, B 3, T 17, eps 1e-6"));
-  v.push_back(make("small", 32, 16, 4, 2, 2, 20, 2, 33, 1e-5,
-                   "mamba-rs parity-test size: dm 32, ds 16, dc 4, L 2, mid 20, B 2, T 33"));
-  v.push_back(make("dstate-128", 16, 128, 4, 2, 1, 8, 2, 5, 1e-5,
-                   "d_state 128 (> 64: the GPU must use the parallel scan), small T"));
-  v.push_back(make("scan-t257", 16, 16, 4, 2, 1, 16, 1, 257, 1e-5,
-                   "T 257: first length the Auto scan mode routes to the parallel scan"));
-  v.push_back(make("mamba-rs-default", 128, 16, 4, 2, 3, 128, 2, 32, 1e-5,
-                   "mamba-rs MambaConfig::default(): dm 128, ds 16, dc 4, L 3, B 2, T 32"));
-  v.push_back(make("mamba-130m-layer", 768, 16, 4, 2, 1, 768, 1, 16, 1e-5,
-                   "one layer of mamba-130m: d_model 768, d_inner 1536, dt_rank 48, ds 16, B 1, T 16"));
-  for (const NamedConfig& c : v) validate_runtime(Dims::from(c.cfg), c.B, c.T);
+  v.push_back(Entry("tiny", "everything small")
+                  .d_model(8).d_state(4).d_conv(3).expand(2).n_layers(2).input_dim(5)
+                  .B(2).T(7).eps(1e-5).done());
+  v.push_back(Entry("dconv1-t1", "edge case: the conv is a per-channel scale, one timestep")
+                  .d_model(8).d_state(4).d_conv(1).expand(2).n_layers(2).input_dim(4)
+                  .B(2).T(1).eps(1e-5).done());
+  v.push_back(Entry("odd", "odd sizes (d_inner not a multiple of 4), a non-default eps")
+                  .d_model(13).d_state(7).d_conv(2).expand(3).n_layers(3).input_dim(11)
+                  .B(3).T(17).eps(1e-6).done());
+  v.push_back(Entry("small", "the size of mamba-rs's parity tests")
+                  .d_model(32).d_state(16).d_conv(4).expand(2).n_layers(2).input_dim(20)
+                  .B(2).T(33).eps(1e-5).done());
+  v.push_back(Entry("dstate-128", "d_state above the sequential kernel's register limit "
+                                  "(Sequential mode runs the chunked scan)")
+                  .d_model(16).d_state(128).d_conv(4).expand(2).n_layers(1).input_dim(8)
+                  .B(2).T(5).eps(1e-5).done());
+  v.push_back(Entry("scan-t257", "one step past mamba-rs's sequential-to-parallel scan threshold")
+                  .d_model(16).d_state(16).d_conv(4).expand(2).n_layers(1).input_dim(16)
+                  .B(1).T(257).eps(1e-5).done());
+  v.push_back(Entry("mamba-rs-default", "mamba-rs MambaConfig::default()")
+                  .d_model(128).d_state(16).d_conv(4).expand(2).n_layers(3).input_dim(128)
+                  .B(2).T(32).eps(1e-5).done());
+  v.push_back(Entry("mamba-130m-layer", "one layer of mamba-130m")
+                  .d_model(768).d_state(16).d_conv(4).expand(2).n_layers(1).input_dim(768)
+                  .B(1).T(16).eps(1e-5).done());
   return v;
 }
 

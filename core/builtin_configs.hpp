@@ -1,7 +1,9 @@
 // builtin_configs.hpp — the embedded default config set: named (ModelConfig,
 // B, T) problems that the CLI validates and the tests reuse, from a tiny
 // everything-small case to one real mamba-130m layer, plus edge cases
-// (d_state 128, d_conv 1 with T 1, odd sizes, the T = 257 scan-route boundary).
+// (d_state 128, d_conv 1 with T 1, odd sizes, T = 257 just past mamba-rs's
+// sequential/parallel scan threshold). Each description is derived from the
+// entry's fields (builtin_configs.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// config.cpp — validation and derived dimensions for ModelConfig (spec §1).
+// config.cpp — validation and derived dimensions for ModelConfig (docs/math.md#notation).
 #include "core/config.hpp"
 
 #include <sstream>

@@ -1,5 +1,5 @@
 // config.hpp — Mamba-1 model configuration, derived dimensions, validation
-// (spec §1.1–§1.3) and the scan-mode predicate. Shared by the CPU oracle, the
+// (docs/math.md#notation) and the scan-mode predicate. Shared by the CPU oracle, the
 // GPU pipeline, the CLI and the tests, so it has no CUDA and no templates.
 #pragma once
 
@@ -12,7 +12,8 @@ namespace mc {
 // Which scan implementation the GPU runs. The CPU always runs the sequential
 // recurrence. Auto and Checkpointed select the checkpointed route (the training
 // default); Sequential and Parallel the seed kernels kept as cross-check routes
-// (spec §1.3; d_state > 64 forces Parallel over Sequential).
+// (as in mamba-rs, d_state > 64 forces Parallel over Sequential: the sequential
+// kernel holds the state in registers).
 enum class ScanMode { Auto, Sequential, Parallel, Checkpointed };
 
 // The selective-scan implementations of kernels/scan/scan.hpp.
@@ -22,7 +23,8 @@ enum class ScanRoute { Checkpointed, Chunked, Sequential };
 // storage dtype (the choice and its reasons are in kernels/scan/scan.hpp).
 enum class ScanExp { Auto, Hardware, Accurate };
 
-// Storage dtype of the "typed" tensors of the mixed-precision path (spec §6).
+// Storage dtype of the "typed" tensors of the mixed-precision path (which tensors:
+// reference_cpu/model.cpp; docs/math.md#mixed-precision).
 // F32 means the pure f32 pipeline (no rounding anywhere).
 enum class DType { F32, BF16, F16 };
 
@@ -50,7 +52,7 @@ struct ModelConfig {
   double eps = 1e-5;    // RMSNorm epsilon (added to the mean of squares)
 };
 
-// Derived dimensions (spec §1.1). All int64 so that products never overflow.
+// Derived dimensions (docs/math.md#notation). All int64 so that products never overflow.
 struct Dims {
   int64_t dm = 0, di = 0, ds = 0, dc = 0, dr = 0, xd = 0, mid = 0, L = 0;
   double eps = 1e-5;
@@ -58,7 +60,9 @@ struct Dims {
 };
 
 // Hard limits. These are limits of this implementation, not of the math; each
-// is checked before any work starts (spec §1.2, plus issue-3 runtime limits).
+// is checked before any work starts and refused with a ConfigError, so that no
+// kernel ever returns early in silence (mamba-rs's sequential scan did nothing
+// for d_state > 64); every index that can exceed 2^31 is 64-bit.
 struct Limits {
   static constexpr int64_t kMaxDModel = int64_t(1) << 20;
   static constexpr int64_t kMaxLayers = 4096;
@@ -76,8 +80,8 @@ void validate_config(const ModelConfig& cfg);
 // Runtime shape check (B, T > 0 and below the limits). Throws ConfigError.
 void validate_runtime(const Dims& d, int64_t B, int64_t T);
 
-// Spec §1.3 (mamba-rs): ds > 64 forces the parallel scan; its Auto picks parallel
-// iff T > 256. Kept for the seed routes; mambacheck's Auto is scan_route's.
+// mamba-rs's scan predicate: ds > 64 forces the parallel scan; its Auto picks
+// parallel iff T > 256. Kept for the seed routes; mambacheck's Auto is scan_route's.
 constexpr int64_t kParallelScanThreshold = 256;
 bool use_parallel_scan(ScanMode mode, int64_t T, int64_t ds);
 // The route a mode runs: Auto/Checkpointed -> Checkpointed, Parallel -> Chunked,
@@ -87,7 +91,7 @@ ScanRoute scan_route(ScanMode mode, int64_t ds);
 // cross-check routes always use the accurate one).
 ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);
 
-// Parameter counts (spec §2.1).
+// Parameter counts (the tensors of core/param_layout.hpp).
 int64_t params_per_layer(const Dims& d);
 int64_t params_total(const Dims& d);
 

@@ -1,4 +1,4 @@
-// param_layout.cpp — arena offsets and spec §1.4 initialisation.
+// param_layout.cpp — arena offsets and mamba-rs's initialisation (param_layout.hpp).
 #include "core/param_layout.hpp"
 
 #include <cmath>

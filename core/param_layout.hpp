@@ -1,6 +1,6 @@
 // param_layout.hpp — the one flat arena that holds every parameter (and, with
 // the same offsets, every parameter gradient), in mamba-rs's canonical order
-// (spec §2.1): input_proj_w, input_proj_b, then per layer norm_weight,
+// (the order of its gradient arena): input_proj_w, input_proj_b, then per layer norm_weight,
 // in_proj_w, conv1d_weight, conv1d_bias, x_proj_w, dt_proj_w, dt_proj_b,
 // a_log, d_param, out_proj_w, then norm_f_weight.
 //
@@ -55,12 +55,12 @@ struct ParamLayout {
   const ParamEntry& entry_at(int64_t flat_index) const;  // which tensor owns an index
 };
 
-// Parameter initialisation of spec §1.4 (LCG, Kaiming-uniform with
+// mamba-rs's parameter initialisation (LCG, Kaiming-uniform with
 // bound sqrt(3/fan_in), log-uniform dt bias, A_log = ln(n+1), D = 1).
 // Writes all `layout.total` values; computed in f32 as mamba-rs does.
 std::vector<float> init_params(const ParamLayout& layout, uint64_t seed);
 
-// The spec's LCG: s <- s*6364136223846793005 + 1442695040888963407,
+// mamba-rs's LCG: s <- s*6364136223846793005 + 1442695040888963407,
 // u = (s >> 40) / 2^24 in [0, 1).
 struct Lcg {
   uint64_t s;

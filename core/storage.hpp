@@ -1,6 +1,6 @@
 // storage.hpp — round-to-nearest-even quantisation to bf16/f16, used at the
-// points where the mixed-precision GPU path stores a "typed" tensor (spec
-// §6.1–§6.3). The CPU oracle applies Storage::q at exactly those points, so the
+// points where the mixed-precision GPU path stores a "typed" tensor (listed in
+// reference_cpu/model.cpp). The CPU oracle applies Storage::q at exactly those points, so the
 // same code is the f64 oracle O (dtype F32: q is the identity) and the
 // same-precision baseline P (float math, dtype BF16/F16).
 #pragma once

@@ -61,7 +61,8 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, const float* __
     const float bd = bias[c.d];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t row = c.b * T_len + t;
-      // shift + insert, then save (spec pitfall 6: the window is saved after the insert)
+      // shift + insert, then save: saved before the insert, the window would be off
+      // by one step and flip the sign of the conv weight gradient
 #pragma unroll
       for (int r = 0; r < kDC - 1; ++r) s[r] = s[r + 1];
       s[kDC - 1] = dev::to_f32(xb[row * di + c.d]);

@@ -1,5 +1,5 @@
 // conv.cuh — causal depthwise conv1d + SiLU with a carried dc-wide state
-// (spec §3.2 F4a, §4.4 B6), forward and backward, templated on the storage
+// (docs/math.md F4a, B6), forward and backward, templated on the storage
 // type T of the activations (float, __nv_bfloat16, __half). Weights, bias,
 // state, the saved windows and all gradients of parameters/state are f32.
 //

@@ -1,10 +1,10 @@
 // elementwise.cuh — the element-wise and data-movement kernels of one Mamba-1
-// layer and the backbone (spec §3.2 F3/F4c/F4e/F6, §4.2 B2/B4/B5/B7, §6):
+// layer and the backbone (docs/math.md F3/F4c/F4e/F6, B2/B4/B5/B7):
 // split + gate SiLU, softplus with the fused f32 dt bias, gating, residual add,
 // casts, column gather/scatter, last-timestep gather, a_neg = −exp(A_log).
 //
 // Templated on the storage type T (float, __nv_bfloat16, __half): typed loads
-// upcast to f32, all math f32, one round-to-nearest-even store (spec §6.4).
+// upcast to f32, all math f32, one round-to-nearest-even store.
 // Every launcher validates its arguments (ConfigError) and checks the launch.
 // Rows are batch-major (r = b·T + t); all indices are 64-bit.
 #pragma once
@@ -88,7 +88,8 @@ template <class T>
 void gather_last_timestep(const T* src, int64_t B, int64_t seq_len, int64_t D, float* dst,
                           cudaStream_t stream);
 
-// a_log [n] f32 -> a_neg [n] f32 = −exp(a_log) (accurate expf, not exp2f(x·log2e)).
+// a_log [n] f32 -> a_neg [n] f32 = −exp(a_log), with expf (within 2 ulp), not mamba-rs's
+// exp2f(x·log2e), whose rounded argument adds up to |x|·2^-24 relative error.
 void exp_negate(const float* a_log, int64_t n, float* a_neg, cudaStream_t stream);
 
 }  // namespace mc::kern

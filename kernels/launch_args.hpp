@@ -3,7 +3,7 @@
 // before launching, so a bad call is a clear mc::ConfigError naming the
 // kernel, the field, the value and the limit — never a silent no-op.
 //
-// Launch geometry is a pure function of the shape (determinism rule, spec §5).
+// Launch geometry is a pure function of the shape (determinism rule, docs/DESIGN.md).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,11 +1,11 @@
-// norm.cuh — RMSNorm forward and backward (spec §3.2 F1, §4.1/§4.2 B8, §6.2–§6.3).
+// norm.cuh — RMSNorm forward and backward (docs/math.md F1, norm_f, B8).
 // The residual stream x and the saved rms are always f32; the normalised
 // output (forward) and the incoming gradient (backward) have the storage type
 // T (float, __nv_bfloat16, __half). The norm-weight gradient goes through
 // per-row partials and the fixed-order reduce_sum_axis0 (no atomics).
 //
 // No finite guard: a non-finite or tiny rms is NOT replaced by 1.0 (mamba-rs
-// does on the GPU, spec pitfall 11); the oracle has no guard, so the math is
+// does on the GPU); the oracle has no guard, so the math is
 // identical and the non-finite detector reports the step instead.
 #pragma once
 

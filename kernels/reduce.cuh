@@ -1,4 +1,4 @@
-// reduce.cuh — deterministic reductions (spec §5 Rule B): column sums of a
+// reduce.cuh — deterministic reductions (no atomics, docs/DESIGN.md): column sums of a
 // row-major matrix in a fixed order (reduce_sum_axis0 for the per-row / per-
 // sample gradient partials, bias gradients of typed dY), and the non-finite
 // scanner that reports the first (smallest) NaN/Inf index of a buffer.

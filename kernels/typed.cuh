@@ -1,10 +1,15 @@
 // typed.cuh — device-side helpers shared by the non-scan kernels: the storage
-// type promotion rule of spec §6.4 (typed loads upcast to f32, all math in f32,
-// one round-to-nearest-even downcast on store), the exact-libm activation
-// functions the oracle also uses, and 64-bit grid-stride indexing.
+// type promotion rule (typed loads upcast to f32, all math in f32, one
+// round-to-nearest-even downcast on store), the activation functions written
+// as the oracle writes them (reference_cpu/steps.cpp), and 64-bit grid-stride
+// indexing.
 //
-// Included only by kernels/*.cu (device code). No fast-math anywhere: expf,
-// log1pf and sqrtf are the IEEE-accurate CUDA versions.
+// Included only by kernels/*.cu (device code). No fast-math anywhere, so the
+// maths functions have the accuracy the CUDA C++ Programming Guide documents
+// for the precise versions: expf within 2 ulp, log1pf within 1 ulp, sqrtf and
+// division correctly rounded (-prec-sqrt / -prec-div, the defaults). expf and
+// log1pf are not correctly rounded and not the host libm's, so the kernels
+// agree with the float oracle to rounding error, not bitwise.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +20,7 @@
 
 namespace mc::kern::dev {
 
-// ---- promotion rule (spec §6.4) ---------------------------------------------
+// ---- promotion rule ---------------------------------------------------------
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
@@ -28,7 +33,7 @@ __device__ __forceinline__ float from_f32<float>(float x) {
 }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);  // RN, never the RZ default (spec pitfall 12)
+  return __float2bfloat16_rn(x);  // RN (a truncating cast biases every stored value)
 }
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float x) {
@@ -41,7 +46,7 @@ __device__ __forceinline__ float round_f32(float x) {
   return to_f32(from_f32<T>(x));
 }
 
-// ---- activations (spec §0, §3.2) --------------------------------------------
+// ---- activations (docs/math.md#notation) ------------------------------------
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
 // SiLU'(x) = σ(x)·(1 + x·(1 − σ(x)))

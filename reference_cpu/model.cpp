@@ -1,9 +1,9 @@
 // model.cpp — the CPU oracle's Mamba-1 layer (F1–F6 / B0–B8), backbone
-// (input_proj, L layers, norm_f) and target forward (spec §3.1–§3.5, §4.1–§4.2),
+// (input_proj, L layers, norm_f) and target forward (docs/math.md),
 // composed from the steps of steps.cpp and templated on the scalar S (float,
 // double and the Monte Carlo arithmetic scalar Mca instantiated at the end).
 //
-// Mixed-precision rounding points (spec §6.1–§6.3). With Storage{F32} none of
+// Mixed-precision rounding points. With Storage{F32} none of
 // them rounds (the oracle); with BF16/F16 each applies st.q (RN to the typed
 // dtype) where the mixed GPU path stores a typed tensor:
 //   forward  backbone  H0 = q(X·W_ip + b_ip)          (then used as the f32 residual)

@@ -1,10 +1,10 @@
 // model.hpp — the Mamba-1 layer (F1–F6, B1–B8) and backbone (input_proj,
 // L layers, norm_f) of the CPU oracle, composed from steps.hpp, plus the
-// target "burn-in nosave" forward (spec §3.5). Templated on the scalar S;
+// target "burn-in nosave" forward (docs/math.md#target-forward). Templated on the scalar S;
 // float and double are instantiated in model.cpp.
 //
 // The Storage policy rounds every tensor that the mixed-precision GPU path
-// stores typed (spec §6.1–§6.3; the list is in docs/DESIGN.md). With
+// stores typed (the list opens model.cpp). With
 // Storage{F32} (the default) nothing is rounded: that is the oracle.
 #pragma once
 
@@ -17,7 +17,7 @@
 
 namespace mc::ref {
 
-// Per-layer recurrent state of the whole backbone, GPU layout (spec §2.4).
+// Per-layer recurrent state of the whole backbone, GPU layout (docs/DESIGN.md).
 template <class S>
 struct RecurrentState {
   std::vector<S> conv;  // [L, B, di, dc]  full dc-wide window incl. the current slot
@@ -27,7 +27,7 @@ struct RecurrentState {
       : conv(size_t(d.L * B * d.di * d.dc), S(0)), ssm(size_t(d.L * B * d.di * d.ds), S(0)) {}
 };
 
-// Saved activations of one layer (spec §3.4). Shapes with R = B*T rows.
+// Saved activations of one layer (what the backward reads). Shapes with R = B*T rows.
 template <class S>
 struct LayerActivations {
   std::vector<S> residual;   // [R, dm]   layer input H
@@ -121,7 +121,7 @@ void backbone_backward(const ParamLayout& lay, const S* params, const BackboneAc
                        const S* d_out, const FinalStateGrads<S>& fin,
                        const BackboneGradOutputs<S>& g, const Storage& st = Storage{});
 
-// Target "burn-in nosave" forward (spec §3.5): zero initial state, input_proj,
+// Target "burn-in nosave" forward (docs/math.md#target-forward): zero initial state, input_proj,
 // L layers without saves, norm_f, then the last-timestep gather.
 // X [R, mid] -> target [B, dm] = out[b, T-1, :].
 template <class S>

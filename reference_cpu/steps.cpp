@@ -1,5 +1,5 @@
 // steps.cpp — the CPU oracle's forward and backward steps of one Mamba-1 layer
-// (spec §3.2 F1–F6, §4.2–§4.4 B1–B8), templated on the scalar S and
+// (docs/math.md: F1–F6, B1–B8), templated on the scalar S and
 // instantiated at the end of the file for float, double and the Monte Carlo
 // arithmetic scalar Mca (mca_scalar.hpp), whose runs sample the rounding
 // noise of the float instantiation element by element.
@@ -46,13 +46,13 @@ S sigmoid(S x) {
   return S(1) / (S(1) + exp(-x));
 }
 
-// SiLU(x) = x·σ(x), written x / (1 + e^-x) (spec §3.6, conv form).
+// SiLU(x) = x·σ(x), written x / (1 + e^-x) (mamba-rs's conv form).
 template <class S>
 S silu(S x) {
   return x / (S(1) + exp(-x));
 }
 
-// SiLU'(x) = σ(x)·(1 + x·(1 − σ(x))) (spec §0).
+// SiLU'(x) = σ(x)·(1 + x·(1 − σ(x))).
 template <class S>
 S silu_prime(S x) {
   const S sg = sigmoid(x);
@@ -376,7 +376,7 @@ void conv1d_silu_fwd(const S* xb, const S* w, const S* bias, int64_t B, int64_t 
 
 // du [B, T, di], pc [B, T, di], windows [B, T, di, dc], w [di, dc], d_state_T [B, di, dc] or null
 //   -> dxb [B, T, di] (=), dw [di, dc] (+=), dbias [di] (+=), d_state0 [B, di, dc] (=) or null.
-// Parallel over channels d; inside, samples b ascending, t descending (spec §4.4):
+// Parallel over channels d; inside, samples b ascending, t descending (mamba-rs's order):
 //   g_t = du·SiLU'(pc_t); dxb_t = g_t·w[dc-1] + carry[0];
 //   carry[k] = carry[k+1] + g_t·w[dc-2-k] (k < dc-2), carry[dc-2] = g_t·w[0].
 // Before step t, carry[k] is the gradient of input t-k from the outputs after t.
@@ -442,14 +442,14 @@ void conv1d_silu_bwd(const S* du, const S* pc, const S* windows, const S* w, int
 
 // --------------------------------------------------------------- Softplus ---
 
-// x [n] -> y [n] = x > 20 ? x : log1p(exp(x))  (strict >, spec §3.2 F4c).
+// x [n] -> y [n] = x > 20 ? x : log1p(exp(x))  (strict >, as mamba's threshold).
 template <class S>
 void softplus_fwd(const S* x, int64_t n, S* y) {
 #pragma omp parallel for schedule(static) if (par(n * 32))
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > S(20) ? x[i] : log1p(exp(x[i]));
 }
 
-// x [n], dy [n] -> dx [n] = x > 20 ? dy : dy·σ(x)  (spec §4.2 B4, CPU form).
+// x [n], dy [n] -> dx [n] = x > 20 ? dy : dy·σ(x)  (mamba-rs's CPU form; = dy·σ(x) in f32 anyway).
 template <class S>
 void softplus_bwd(const S* x, const S* dy, int64_t n, S* dx) {
 #pragma omp parallel for schedule(static) if (par(n * 16))
@@ -462,7 +462,7 @@ void softplus_bwd(const S* x, const S* dy, int64_t n, S* dx) {
 //   -> h_saved [B, T+1, di, ds], y [B, T, di].
 // Per (b, d) (parallel over the B·di pairs), t ascending:
 //   for n ascending: h[n] = exp(δ·A[n])·h[n] + (δ·u)·B[n]; y += h[n]·C[n]  (y from 0);
-//   then y += D·u (the CPU order of spec §3.6).
+//   then y += D·u (mamba-rs's CPU order).
 template <class S>
 void selective_scan_fwd(const S* delta, const S* u, const S* Bm, const S* Cm, const S* a_neg,
                         const S* D, int64_t B, int64_t T, int64_t di, int64_t ds, S* h, S* h_saved,
@@ -493,7 +493,7 @@ void selective_scan_fwd(const S* delta, const S* u, const S* Bm, const S* Cm, co
   }
 }
 
-// Backward of the scan (spec §4.3), with optional upstream dh_T [B, di, ds].
+// Backward of the scan (docs/math.md B3), with optional upstream dh_T [B, di, ds].
 // Phase 1, parallel over channels d; inside, b ascending and t descending, n ascending:
 //   dh[n] += dy·C[n]; dδ += dh[n]·(A[n]·dA·h_{t-1}[n] + u·B[n]); du += dh[n]·δ·B[n] (du from dy·D);
 //   partial_B[b,t,d,n] = dh[n]·δ·u; dAlog_b[n] += dh[n]·dA·δ·A[n]·h_{t-1}[n]; dh[n] = dA·dh[n].

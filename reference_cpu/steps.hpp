@@ -1,5 +1,5 @@
-// steps.hpp — every forward and backward step of one Mamba-1 layer (spec
-// §3.2, §4.2–§4.4) as its own function, templated on the scalar S
+// steps.hpp — every forward and backward step of one Mamba-1 layer
+// (docs/math.md) as its own function, templated on the scalar S
 // (float and double are instantiated in steps.cpp).
 //
 // Conventions (docs/DESIGN.md): all tensors row-major and contiguous, rows
@@ -100,8 +100,8 @@ void selective_scan_fwd(const S* delta, const S* u, const S* Bm, const S* Cm, co
 //   dD [di] (+=), dA_log [di, ds] (+=, chain rule through a_neg = -exp(A_log)),
 //   dh0 [B, di, ds] (=) if non-null: gradient w.r.t. the initial state.
 // The per-(b,t,d,n) dB/dC terms are summed over d in ascending order without
-// rounding (our GPU keeps those partials in f32 for every dtype, unlike
-// mamba-rs, spec pitfall 18).
+// rounding (our GPU keeps those partials in f32 for every dtype; mamba-rs
+// rounds each to bf16/f16 before the sum).
 template <class S>
 void selective_scan_bwd(const S* delta, const S* u, const S* Bm, const S* Cm, const S* a_neg,
                         const S* D, const S* h_saved, const S* dy, int64_t B, int64_t T,

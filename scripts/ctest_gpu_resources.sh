@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest_gpu_resources.sh — write a CTest resource specification with one "gpus"
 # resource (1 slot) per visible CUDA device and print the ctest command that
-# spreads the GPU tests over them (issue 5, multi-GPU):
+# spreads the GPU tests over them, one test per GPU at a time:
 #   MAMBACHECK_GPU_SPREAD=1 ctest -L gpu --resource-spec-file <spec> -j <N>
 # Every GPU test declares RESOURCE_GROUPS "gpus:1" (validation/CMakeLists.txt);
 # CTest then runs at most one GPU test per GPU at a time and passes its device

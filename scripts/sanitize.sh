@@ -49,7 +49,7 @@ declare -A DEFAULT_FILTER=(
   [test_model_parity]="ModelParity.OneLayer*:ModelParity.StateCarry*:ModelParity.TargetForwardSequential:ModelParity.TargetForwardParallel:ModelRefusals.*"
   [test_shape_properties]="ShapeProperties.*"
   [test_scan_parity]="*ScanParity.MatchesOracle/*_T1_*:*ScanParity.MatchesOracle/*_T257_*:*ScanParity.MatchesOracle/f32_T1025_ds65_*:ScanRefusal.*:ScanContract.*"
-  [test_step_parity]="StepParity.*:StepRefusals.*"
+  [test_step_parity]="StepParity/*:StepRefusals.*"
   [test_nonfinite]="NonFinite.*"
 )
 DEFAULT_BINARIES="test_model_parity test_shape_properties test_scan_parity test_step_parity test_nonfinite"

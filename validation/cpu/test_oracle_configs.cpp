@@ -103,7 +103,7 @@ TEST(OracleProblems, AreF32ExactAndNotDegenerate) {
       if (!pred(p.params[size_t(off + i)])) return false;
     return true;
   };
-  // The GEMM and conv weights keep the spec §1.4 initialisation.
+  // The GEMM and conv weights keep mamba-rs's initialisation (init_params).
   const std::vector<float> init = init_params(lay, p.seed);
   for (const ParamEntry& e : lay.entries) {
     if (!e.gemm_weight && e.name.find("conv1d_weight") == std::string::npos) continue;
@@ -115,7 +115,7 @@ TEST(OracleProblems, AreF32ExactAndNotDegenerate) {
     EXPECT_FALSE(all(o.conv_b, d.di, [](double x) { return x == 0; }));
     EXPECT_FALSE(all(o.d_param, d.di, [](double x) { return x == 1; }));
     EXPECT_FALSE(all(o.norm_w, d.dm, [](double x) { return x == 1; }));
-    // A_log differs between channels (the spec init makes every channel equal).
+    // A_log differs between channels (mamba-rs's init makes every channel equal).
     bool varies = false;
     for (int64_t n = 0; n < d.ds; ++n)
       varies |= p.params[size_t(o.a_log + n)] != p.params[size_t(o.a_log + d.ds + n)];
@@ -159,7 +159,7 @@ void check_rounding_points(DType t) {
   ref::backbone_forward(p.layout, params.data(), p.B, p.T, X.data(), st, out.data(), &act, storage);
   const std::string ctx = to_string(t);
   EXPECT_EQ(count_unrepresentable(t, out), 0) << ctx << " out (norm_f output)";
-  // Layer 0's residual is the typed input_proj output H0, upcast (spec §6.2.1).
+  // Layer 0's residual is the typed input_proj output H0, upcast (reference_cpu/model.cpp).
   EXPECT_EQ(count_unrepresentable(t, act.layers[0].residual), 0) << ctx << " H0";
   for (size_t l = 0; l < act.layers.size(); ++l) {
     const ref::LayerActivations<float>& a = act.layers[l];

@@ -65,7 +65,7 @@ TEST(OracleGradcheck, BackboneOfBuiltinConfigs) {
   }
 }
 
-// Gaussian directions as well as Rademacher ones (guide §B1 allows either;
+// Gaussian directions as well as Rademacher ones (directional checks work with either;
 // a bug that cancels for ±1 entries would not cancel for both).
 TEST(OracleGradcheck, GaussianDirectionBackbone) {
   const check::Problem p = builtin_problem("odd", 14);

@@ -23,7 +23,7 @@
 // float run loses accuracy that its rounding alone does not explain.)
 // The measured R is printed for the built-in configs. A
 // negative control shows the test is not vacuous: the hard-coded-epsilon bug
-// of spec pitfall 16 (eps 1e-5 where the config says 1e-6) fails it.
+// of mamba-rs's CPU target forward (eps 1e-5 where the config says 1e-6) fails it.
 // Both runs see bit-identical (f32-exact) inputs.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -170,8 +170,8 @@ TEST(OraclePrecision, FloatAgreesWithDoubleOnMamba130mLayer) {
   check_builtin(ref::builtin_config("mamba-130m-layer"));
 }
 
-// Not vacuous: mamba-rs's hard-coded-epsilon bug (spec §3.5, pitfall 16: a
-// path that uses eps = 1e-5 where the config says 1e-6, as for FalconMamba
+// Not vacuous: mamba-rs's hard-coded-epsilon bug (its CPU target forward
+// uses eps = 1e-5 where the config says 1e-6, as for FalconMamba
 // checkpoints) changes a mean of squares of O(1) by 9e-6 — invisible to the
 // usual output-level tolerances — and must fail, while the right epsilon passes.
 TEST(OraclePrecision, DetectsTheHardCodedEpsilonBug) {

@@ -435,7 +435,7 @@ RC_GTEST_PROP(OracleScanProperty, DContributesExactlyDTimesU, ()) {
 }
 
 // T = 1: closed forms of the scan forward and backward, written from the
-// math of spec §3.2 F4d / §4.3 in their stated (left-to-right) order, hence
+// math of docs/math.md F4d / B3 in their stated (left-to-right) order, hence
 // bitwise:  h1 = exp(δA)·h0 + (δ·u)·B,  y = Σ_n h1·C + D·u,
 //   dh0 = dA·(dy·C),  dδ = Σ_n (dy·C)·(A·dA·h0 + u·B),  du = dy·D + Σ_n (dy·C)·δ·B,
 //   dB_n = Σ_d (dy·C_n)·δ·u,  dC_n = Σ_d dy·h1_n,  dD = Σ_b dy·u,
@@ -512,8 +512,8 @@ RC_GTEST_PROP(OracleScanProperty, SingleStepClosedForm, ()) {
     }
 }
 
-// T = 1: one layer's forward in closed form, straight from spec §3.2 with the
-// window [S0[1], .., S0[dc-1], xb] (S0[0] never read), in the spec's order.
+// T = 1: one layer's forward in closed form, straight from docs/math.md F1–F6 with the
+// window [S0[1], .., S0[dc-1], xb] (S0[0] never read), in that order.
 RC_GTEST_PROP(OracleLayerProperty, SingleStepClosedForm, ()) {
   OracleShape s = *gen_oracle_shape(1);
   s.T = 1;

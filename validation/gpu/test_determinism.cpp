@@ -1,7 +1,8 @@
 // ctest-labels: gpu;determinism
 // ctest-timeout: 900
-// test_determinism.cpp — bitwise determinism of the GPU pipeline (issue 5
-// part 1) and the cross-GPU check (part 3). Every check hashes (FNV-1a 64 over
+// test_determinism.cpp — bitwise determinism of the GPU pipeline (reruns in one
+// process, across processes, under load, with a negative control) and the
+// cross-GPU check. Every check hashes (FNV-1a 64 over
 // the raw bytes) every output, final state and gradient of a forward +
 // backward (determinism.hpp) on the problems of determinism_cases.hpp
 // (dm 64, L 2, B 2, T 300, ds 16 sequential + parallel + checkpointed, ds 128
@@ -530,7 +531,7 @@ TEST_F(NegativeControl, AtomicAddReductionIsDetectedWithinTenRuns) {
 }
 
 // =========================================================================================
-// cross-GPU (issue 5 part 3)
+// cross-GPU: the same inputs give the same bits on GPU 0 and GPU 1
 // =========================================================================================
 
 class CrossGpu : public GpuTest {};

@@ -152,7 +152,7 @@ void check_target(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed, S
   gpu::Model m(cfg, B, T, opt);
   m.set_params(in.params);
   // A non-zero carried state must not leak into the target forward (it
-  // starts from zero state by definition, spec §3.5).
+  // starts from zero state by definition, docs/math.md#target-forward).
   m.set_state(in.conv0, in.ssm0);
   std::vector<float> K;
   m.target_forward(in.X, K);

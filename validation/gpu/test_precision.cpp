@@ -2,7 +2,7 @@
 // ctest-env: RC_PARAMS=max_success=25
 // ctest-timeout: 1800
 // test_precision.cpp — the mixed-precision (bf16, f16) GPU pipeline against
-// the f64 oracle over random model shapes (issue 4), with rapidcheck: every
+// the f64 oracle over random model shapes, with rapidcheck: every
 // output, final state and gradient tensor satisfies
 //     max|K-O| <= 2 * max|P-O| + 2 ulp_dtype(max|O|)
 // where P is the float oracle that rounds to the dtype at the GPU's typed
@@ -11,8 +11,9 @@
 // the chunk-boundary set {1, 2, 255, 256, 257, 1023, 1024, 1025, 3072} plus
 // primes, d_state from {1, 16, 63, 64, 65, 128, 256}, d_conv 1..4, odd
 // d_inner, B 1..4, 1-2 layers, NON-ZERO initial states (problem.hpp), both
-// scan modes where the sequential kernel applies (d_state <= 64). Pattern of
-// the guide §B2: a TEST_F on the GPU fixture whose body calls rc::check.
+// scan modes where the sequential kernel applies (d_state <= 64). A TEST_F on
+// the GPU fixture whose body calls rc::check (a GTEST_SKIP inside a property
+// would run once per generated case).
 //
 // Per case one line (pass/fail, the tensor closest to its bound); per
 // property the table of the largest k per tensor family over all cases, also

@@ -1,7 +1,7 @@
 // ctest-labels: gpu;precision;slow
 // ctest-timeout: 900
 // test_precision_model.cpp — the mixed-precision (bf16, f16) GPU pipeline
-// against the f64 oracle at model-like shapes (issue 4): one layer of
+// against the f64 oracle at model-like shapes: one layer of
 // d_model 768 (mamba-130m width) and 2048 (mamba-1.4b width), d_state 16,
 // d_conv 4, expand 2, input_dim = d_model, B 8, T 2048 (B·T = 16384 rows),
 // every scan mode, on the default GEMM tier (bf16/f16 on tensor cores with f32

@@ -9,8 +9,9 @@
 // {1, 16, 63, 64, 65, 128, 256}, d_conv 1..4, odd d_inner, B 1..4, 1-2
 // layers, non-zero initial states, both scan modes where they apply; and a
 // second property: the sequential and parallel GPU scans agree at the model
-// level within the k-rule's own scale. Pattern of the guide §B2: a TEST_F on
-// GpuTest (skips without a device) whose body calls rc::check.
+// level within the k-rule's own scale. A TEST_F on GpuTest (skips without a
+// device) whose body calls rc::check: a GTEST_SKIP inside a property would run
+// once per generated case.
 //
 // Cost: shapes are generated (shrinkable) plus a no-shrink data seed; d_model
 // is bounded so that each case's CPU oracle (f64 + f32) stays below a fixed

@@ -1,5 +1,6 @@
 // testing_atomic_reduce.cuh — TEST-ONLY column sums for the determinism
-// suite's negative control (issue 5 part 1e). atomic_column_sum lets every
+// suite's negative control (the checker must catch a nondeterministic
+// reduction). atomic_column_sum lets every
 // element add itself into its column's output with atomicAdd, so the order of
 // the float additions, and with it the rounded sum, follows the hardware's
 // scheduling: deliberately NOT reproducible. fixed_order_column_sum is its

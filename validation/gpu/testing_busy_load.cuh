@@ -1,5 +1,6 @@
 // testing_busy_load.cuh — TEST-ONLY background GPU load for the determinism
-// suite's "under load" check (issue 5 part 1c): a host thread with its own
+// suite's "under load" check (the bits must not change while other work
+// shares the GPU): a host thread with its own
 // device and non-blocking stream keeps launching a long memory-bound kernel
 // (a streaming read-modify-write over two large buffers, grid sized to fill
 // every SM) until stopped, so the checked runs share SMs, L2 and DRAM
