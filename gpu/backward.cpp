@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/conv.cuh"
+#include "kernels/cuda_check.hpp"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
 #include "gpu/pipeline.hpp"
@@ -28,44 +29,58 @@ const T* Pipeline<T>::typed_copy_of_dH() {
   }
 }
 
-// One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l.
+// One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l. The layer's
+// u, Δraw, Δ and gated output are first recomputed from the saved in_proj
+// output, incoming conv state, xdbl and scan output with the forward's own
+// kernels (bit-identical values); the lifetimes of the scratch buffers are
+// tabled in pipeline.hpp.
 template <class T>
 void Pipeline<T>::layer_backward(int l, float* dH) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
   const LayerActs<T> a = saved(l);
+  const LayerScratch<T> sc = scratch();
   const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
-  // Buffers with disjoint lifetimes (pipeline.hpp):
-  T* dG = buf_a_.get();         // B1 -> B2
-  T* d_delta = buf_a_.get();    // B3 -> B4
-  T* dU_x = buf_a_.get();       // B5
-  T* dY = buf_b_.get();         // B2 -> B3
-  T* d_draw = buf_b_.get();     // B4
-  T* dxb = buf_b_.get();        // B6 -> B7
-  T* dz = dz_.get();            // B2 -> B7
-  T* dU = du_.get();            // B3 -> B6
-  T* dP = proj_.get();          // B7 (the forward's in_proj scratch)
+  T* U = sc.u;            // recomputed u: -> B3, B5
+  T* draw = sc.s1;        // recomputed Δraw: -> B4
+  T* delta = sc.s2;       // recomputed Δ: -> B3
+  T* gated = sc.s3;       // recomputed gated output: -> B1
+  T* dY = sc.s3;          // B2 -> B3
+  T* d_draw = sc.s3;      // B4
+  T* dG = sc.s4;          // B1 -> B2
+  T* d_delta = sc.s4;     // B3 -> B4
+  T* dU_x = sc.s4;        // B5
+  T* dU = sc.du;          // B3 -> B6
+  T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2, dxb from B6, read by B7
+  T* dN = sc.o_dn;        // B7 -> B8
+  T* dxdbl = dxdbl_.get();
 
+  // Recompute: F4a (no state written), F4c, F4e
+  conv_forward(l, a.proj, a.conv_s0, /*final_state=*/nullptr);
+  delta_forward(l, a.xdbl);
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
   // B0
   const T* dHt = typed_copy_of_dH();
   fc_.check("B0 typed dH", l, "d_H_typed", dHt, R * dm);
   // B1 out_proj: dG = dH'·W_outᵀ, dW_out += Gᵀ·dH'
   gemm_.input_grad<T, T>(layer + "out_proj dX", dHt, w(off.out_proj_w), dG, R, di, dm);
-  gemm_.weight_grad<T>(layer + "out_proj dW", a.gated, di, dHt, g(off.out_proj_w), R, di, dm);
+  gemm_.weight_grad<T>(layer + "out_proj dW", gated, di, dHt, g(off.out_proj_w), R, di, dm);
   fc_.check("B1 out_proj", l, "d_gated", dG, R * di);
-  // B2 gating
-  kern::gating_bwd<T>(dG, a.y, a.z, a.gs, R * di, dY, dz, s);
+  // B2 gating, gs recomputed from z (read in place from P); dz written straight
+  // into the z half of dP
+  kern::gate_bwd<T>(dG, a.y, a.proj + di, 2 * di, R, di, dY, dP + di, 2 * di, s);
   fc_.check("B2 gating", l, "d_y", dY, R * di);
-  fc_.check("B2 gating", l, "d_gate", dz, R * di);
-  // B3 scan BPTT; dB, dC summed over d in f32; dD, dA_log accumulate into the arena
+  // (dz sits in dP's z half: it is checked with dxb after B6)
+  // B3 scan BPTT; dB, dC summed over d in f32 and rounded once, straight into
+  // xdbl's gradient columns; dD, dA_log accumulate into the arena
   float* dh0 = opt_.state_grads ? ssm_state(l, d_ssm0_.get()) : nullptr;
   kern::scan::BwdParams<T> sp;
   sp.shape = scan_shape_;
   sp.route = route_;
   sp.exp = scan_exp_;
-  sp.delta = {a.delta, di};
-  sp.u = {a.u, di};
+  sp.delta = {delta, di};
+  sp.u = {U, di};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
   sp.a_neg = a_neg(l);
@@ -74,8 +89,13 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.dy = {dY, di};
   sp.d_delta = {d_delta, di};
   sp.du = {dU, di};
-  sp.dB = {dB_.get(), ds};
-  sp.dC = {dC_.get(), ds};
+  if (route_ == ScanRoute::Checkpointed) {  // rounded once, in place in d_xdbl
+    sp.dB_typed = {dxdbl + dr, xd};
+    sp.dC_typed = {dxdbl + dr + ds, xd};
+  } else {  // the cross-check routes write contiguous f32 sums (assembled at B4)
+    sp.dB = {dB_.get(), ds};
+    sp.dC = {dC_.get(), ds};
+  }
   sp.dD = g(off.d_param);
   sp.dA_log = g(off.a_log);
   sp.dh0 = dh0;
@@ -86,40 +106,59 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   ctx_.phases().mark(Phase::Elementwise, s);
   fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
   fc_.check("B3 scan", l, "d_u", dU, R * di);
-  fc_.check("B3 scan", l, "dB", dB_.get(), R * ds);
-  fc_.check("B3 scan", l, "dC", dC_.get(), R * ds);
-  // B4 softplus + dt_proj (dt_in read in place from xdbl, row stride xd)
-  kern::softplus_bwd<T>(a.delta_raw, d_delta, R * di, d_draw, s);
+  // B4 softplus + dt_proj (dt_in read in place from xdbl, row stride xd); the
+  // dt_in gradient is copied into the first dr columns of d_xdbl
+  kern::softplus_bwd<T>(draw, d_delta, R * di, d_draw, s);
   fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
   gemm_.input_grad<T, T>(layer + "dt_proj dX", d_draw, w(off.dt_proj_w), d_dt_in_.get(), R, dr,
                          di);
   gemm_.weight_grad<T>(layer + "dt_proj dW", a.xdbl, xd, d_draw, g(off.dt_proj_w), R, dr, di);
   kern::column_sum<T>(d_draw, R, di, di, g(off.dt_proj_b), /*accumulate=*/true,
                       reduce_scratch_.get(), s);
-  fc_.check("B4 dt_proj", l, "d_dt_in", d_dt_in_.get(), R * dr);
-  kern::assemble_dxdbl<T>(d_dt_in_.get(), dB_.get(), dC_.get(), R, dr, ds, dxdbl_.get(), s);
-  fc_.check("B4 assemble", l, "d_xdbl", dxdbl_.get(), R * xd);
+  if (route_ == ScanRoute::Checkpointed)
+    MC_CUDA_CHECK(cudaMemcpy2DAsync(dxdbl, size_t(xd) * sizeof(T), d_dt_in_.get(),
+                                    size_t(dr) * sizeof(T), size_t(dr) * sizeof(T), size_t(R),
+                                    cudaMemcpyDeviceToDevice, s),
+                  layer + "d_dt_in -> d_xdbl");
+  else
+    kern::assemble_dxdbl<T>(d_dt_in_.get(), dB_.get(), dC_.get(), R, dr, ds, dxdbl, s);
+  fc_.check("B4 assemble", l, "d_xdbl", dxdbl, R * xd);
   // B5 x_proj; dU = q(dU_ssm + dU_x)
-  gemm_.input_grad<T, T>(layer + "x_proj dX", dxdbl_.get(), w(off.x_proj_w), dU_x, R, di, xd);
-  gemm_.weight_grad<T>(layer + "x_proj dW", a.u, di, dxdbl_.get(), g(off.x_proj_w), R, di, xd);
+  gemm_.input_grad<T, T>(layer + "x_proj dX", dxdbl, w(off.x_proj_w), dU_x, R, di, xd);
+  gemm_.weight_grad<T>(layer + "x_proj dW", U, di, dxdbl, g(off.x_proj_w), R, di, xd);
   fc_.check("B5 x_proj", l, "d_u_xproj", dU_x, R * di);
   kern::add_inplace<T>(dU, dU_x, R * di, s);
   fc_.check("B5 x_proj", l, "d_u", dU, R * di);
-  // B6 SiLU + conv (+ gradient w.r.t. the incoming conv state)
-  float* dconv0 = opt_.state_grads ? conv_state(l, d_conv0_.get()) : nullptr;
-  kern::conv1d_silu_bwd<T>(dU, a.pc, a.windows, p(off.conv_w), B_, T_, di, d_.dc, dxb,
-                           g(off.conv_w), g(off.conv_b), dconv0, reduce_scratch_.get(), s);
-  fc_.check("B6 conv1d_silu", l, "d_x_branch", dxb, R * di);
-  // B7 in_proj: dP = [dxb | dz], dN = dP·W_inᵀ, dW_in += Nᵀ·dP
-  kern::concat_halves<T>(dxb, dz, R, di, dP, s);
-  gemm_.input_grad<T, T>(layer + "in_proj dX", dP, w(off.in_proj_w), dN_.get(), R, dm, 2 * di);
+  // B6 SiLU + conv (+ gradient w.r.t. the incoming conv state): the windows and
+  // the pre-activation are rebuilt from xb (in place in P) and the saved state;
+  // dxb written straight into the x half of dP
+  kern::ConvBwdParams<T> cp;
+  cp.du = dU;
+  cp.xb = a.proj;
+  cp.ld_x = 2 * di;
+  cp.s0 = a.conv_s0;
+  cp.bias = p(off.conv_b);
+  cp.w = p(off.conv_w);
+  cp.B = B_;
+  cp.seq_len = T_;
+  cp.di = di;
+  cp.dc = d_.dc;
+  cp.dxb = dP;
+  cp.ld_dx = 2 * di;
+  cp.dw = g(off.conv_w);
+  cp.dbias = g(off.conv_b);
+  cp.d_state0 = opt_.state_grads ? conv_state(l, d_conv0_.get()) : nullptr;
+  cp.scratch = reduce_scratch_.get();
+  kern::conv1d_silu_bwd<T>(cp, s);
+  fc_.check("B6 conv1d_silu", l, "d_in_proj_out", dP, R * 2 * di);  // [dxb | dz]
+  // B7 in_proj: dN = dP·W_inᵀ, dW_in += Nᵀ·dP
+  gemm_.input_grad<T, T>(layer + "in_proj dX", dP, w(off.in_proj_w), dN, R, dm, 2 * di);
   gemm_.weight_grad<T>(layer + "in_proj dW", a.post_norm, dm, dP, g(off.in_proj_w), R, dm,
                        2 * di);
-  fc_.check("B7 in_proj", l, "d_post_norm", dN_.get(), R * dm);
-  // B8 RMSNorm backward (typed dy, f32 x) + residual: dH = dH' + dHn (f32)
-  kern::rmsnorm_bwd<T>(dN_.get(), hs(l), p(off.norm_w), a.rms, R, dm, dx_norm_.get(),
-                       g(off.norm_w), reduce_scratch_.get(), s);
-  kern::residual_add<float>(dH, dx_norm_.get(), R * dm, dH, s);
+  fc_.check("B7 in_proj", l, "d_post_norm", dN, R * dm);
+  // B8 RMSNorm backward (typed dy, f32 x) with the residual: dH += dHn (f32)
+  kern::rmsnorm_bwd_residual<T>(dN, hs(l), p(off.norm_w), a.rms, R, dm, dH, g(off.norm_w),
+                                reduce_scratch_.get(), s);
   fc_.check("B8 rmsnorm", l, "d_hidden", dH, R * dm);
 }
 

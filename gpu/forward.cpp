@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/conv.cuh"
+#include "kernels/cuda_check.hpp"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
 #include "gpu/pipeline.hpp"
@@ -19,25 +20,61 @@ namespace mc::gpu {
 template <class T>
 LayerActs<T> Pipeline<T>::saved(int l) {
   const int64_t R = R_, di = d_.di;
-  const int64_t rd = int64_t(l) * R * di;
   return LayerActs<T>{rms_.get() + int64_t(l) * R,
                       post_norm_.get() + int64_t(l) * R * d_.dm,
-                      z_.get() + rd,
-                      gs_.get() + rd,
-                      windows_.get() + int64_t(l) * R * di * d_.dc,
-                      pc_.get() + rd,
-                      u_.get() + rd,
+                      proj_.get() + int64_t(l) * R * 2 * di,
+                      conv_s0_.get() + int64_t(l) * B_ * di * d_.dc,
                       xdbl_.get() + int64_t(l) * R * d_.xd,
-                      delta_raw_.get() + rd,
-                      delta_.get() + rd,
                       scan_saved_.get() + int64_t(l) * int64_t(scan_saved_floats_),
-                      y_.get() + rd,
-                      gated_.get() + rd};
+                      y_.get() + int64_t(l) * R * di};
+}
+
+template <class T>
+LayerScratch<T> Pipeline<T>::scratch() {
+  return LayerScratch<T>{u_.get(),  s1_.get(), s2_.get(), s3_.get(),
+                         s4_.get(), du_.get(), dP_.get(), o_dn_.get()};
+}
+
+// F4a: u [R, di] T (scratch) = SiLU(conv(xb) + bias), xb read in place from the
+// in_proj output proj [R, 2di] (row stride 2di), the incoming state s0 [B, di, dc]
+// read-only, the final window written to final_state (nullptr = not written; may
+// alias s0).
+template <class T>
+void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* final_state) {
+  const LayerParamOffsets& off = lay_.layers[size_t(l)];
+  kern::ConvFwdParams<T> cp;
+  cp.xb = proj;
+  cp.ld_x = 2 * d_.di;
+  cp.w = p(off.conv_w);
+  cp.bias = p(off.conv_b);
+  cp.B = B_;
+  cp.seq_len = T_;
+  cp.di = d_.di;
+  cp.dc = d_.dc;
+  cp.s0 = s0;
+  cp.final_state = final_state;
+  cp.u = u_.get();
+  kern::conv1d_silu_fwd<T>(cp, stream());
+}
+
+// F4c: Δraw = q(dt_in·W_dt + b_dt) -> scratch s1, Δ = q(softplus(Δraw)) -> scratch s2
+// [R, di] T. dt_in is read in place from xdbl [R, xd] (row stride xd); the GEMM
+// result is an f32 accumulator inside the dP scratch, the bias added in f32
+// before the one rounding.
+template <class T>
+void Pipeline<T>::delta_forward(int l, const T* xdbl) {
+  const LayerParamOffsets& off = lay_.layers[size_t(l)];
+  const int64_t R = R_, di = d_.di;
+  const LayerScratch<T> sc = scratch();
+  gemm_.forward<T, float>("layer " + std::to_string(l) + " dt_proj", xdbl, d_.xd,
+                          w(off.dt_proj_w), sc.acc(), di, R, d_.dr, di);
+  kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R, di, sc.s1, sc.s2, stream());
 }
 
 // One layer, F1–F6. H [R, dm] f32 -> H_next [R, dm] f32 (may alias H: H is only
 // read by F1 and by the final residual add). conv_state [B, di, dc] and
-// ssm_state [B, di, ds] are read as the initial and written as the final state.
+// ssm_state [B, di, ds] are read as the initial and written as the final state;
+// with a.conv_s0 the incoming conv state is first copied there for the backward.
 template <class T>
 void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, float* H_next,
                                 float* conv_state, float* ssm_state) {
@@ -45,41 +82,43 @@ void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, fl
   const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
-  T* P = proj_.get();
+  const LayerScratch<T> sc = scratch();
 
   // F1 RMSNorm: f32 residual in, typed N out, f32 rms saved
   kern::rmsnorm_fwd<T>(H, p(off.norm_w), R, dm, d_.eps, a.post_norm, a.rms, s);
   fc_.check("F1 rmsnorm", l, "post_norm", a.post_norm, R * dm);
-  // F2 in_proj: P [R, 2di] = N·W_in
-  gemm_.forward<T, T>(layer + "in_proj", a.post_norm, dm, w(off.in_proj_w), P, 2 * di, R, dm,
-                      2 * di);
-  fc_.check("F2 in_proj", l, "in_proj_out", P, R * 2 * di);
-  // F3 split (x half first) + gate SiLU
-  kern::split_gate_silu<T>(P, R, di, xb_.get(), a.z, a.gs, s);
-  fc_.check("F3 split_gate_silu", l, "gate_post_silu", a.gs, R * di);
-  // F4a causal conv + SiLU with carried state
-  kern::conv1d_silu_fwd<T>(xb_.get(), p(off.conv_w), p(off.conv_b), B_, T_, di, d_.dc,
-                           conv_state, a.windows, a.pc, a.u, s);
-  fc_.check("F4a conv1d_silu", l, "u", a.u, R * di);
-  fc_.check("F4a conv1d_silu", l, "conv_state", conv_state, B_ * di * d_.dc);
+  // F2 in_proj: P [R, 2di] = N·W_in, saved; x half = xb, z half = the gate input
+  gemm_.forward<T, T>(layer + "in_proj", a.post_norm, dm, w(off.in_proj_w), a.proj, 2 * di,
+                      R, dm, 2 * di);
+  fc_.check("F2 in_proj", l, "in_proj_out", a.proj, R * 2 * di);
+  // F4a causal conv + SiLU with carried state, xb read in place (F3's split is
+  // only strides now)
+  const int64_t n_state = B_ * di * d_.dc;
+  if (a.conv_s0) {
+    MC_CUDA_CHECK(cudaMemcpyAsync(a.conv_s0, conv_state, size_t(n_state) * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, s),
+                  "layer " + std::to_string(l) + " save incoming conv state");
+    conv_forward(l, a.proj, a.conv_s0, conv_state);
+  } else {
+    conv_forward(l, a.proj, conv_state, conv_state);
+  }
+  fc_.check("F4a conv1d_silu", l, "u", sc.u, R * di);
+  fc_.check("F4a conv1d_silu", l, "conv_state", conv_state, n_state);
   // F4b x_proj: xdbl [R, xd] = U·W_x  (columns dt_in | B | C)
-  gemm_.forward<T, T>(layer + "x_proj", a.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
+  gemm_.forward<T, T>(layer + "x_proj", sc.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
   fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
-  // F4c dt_proj into an f32 accumulator (dt_in read in place, row stride xd),
-  // bias added in f32, one rounding; softplus of the stored delta_raw
-  gemm_.forward<T, float>(layer + "dt_proj", a.xdbl, xd, w(off.dt_proj_w), acc_.get(), di, R,
-                          dr, di);
-  kern::softplus_bias_fwd<T>(acc_.get(), p(off.dt_proj_b), R, di, a.delta_raw, a.delta, s);
-  fc_.check("F4c dt_proj_softplus", l, "delta_raw", a.delta_raw, R * di);
-  fc_.check("F4c dt_proj_softplus", l, "delta", a.delta, R * di);
+  // F4c dt_proj + bias + softplus
+  delta_forward(l, a.xdbl);
+  fc_.check("F4c dt_proj_softplus", l, "delta_raw", sc.s1, R * di);
+  fc_.check("F4c dt_proj_softplus", l, "delta", sc.s2, R * di);
   // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
   // state is carried in place (h0 = h_final)
   kern::scan::FwdParams<T> sp;
   sp.shape = scan_shape_;
   sp.route = route_;
   sp.exp = scan_exp_;
-  sp.delta = {a.delta, di};
-  sp.u = {a.u, di};
+  sp.delta = {sc.s2, di};
+  sp.u = {sc.u, di};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
   sp.a_neg = a_neg(l);
@@ -95,14 +134,16 @@ void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, fl
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
   if (a.scan_saved)
     fc_.check("F4d scan", l, "scan_saved_states", a.scan_saved, int64_t(scan_saved_floats_));
-  // F4e gating
-  kern::gating_fwd<T>(a.y, a.gs, R * di, a.gated, s);
-  fc_.check("F4e gating", l, "gated", a.gated, R * di);
+  // F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch s1
+  // (Δraw is dead after the scan), z read in place from P
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s1, s);
+  fc_.check("F4e gating", l, "gated", sc.s1, R * di);
   // F5 out_proj
-  gemm_.forward<T, T>(layer + "out_proj", a.gated, di, w(off.out_proj_w), o_.get(), dm, R, di, dm);
-  fc_.check("F5 out_proj", l, "out_proj_out", o_.get(), R * dm);
+  gemm_.forward<T, T>(layer + "out_proj", sc.s1, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
+                      dm);
+  fc_.check("F5 out_proj", l, "out_proj_out", sc.o_dn, R * dm);
   // F6 residual (f32 + typed -> f32)
-  kern::residual_add<T>(H, o_.get(), R * dm, H_next, s);
+  kern::residual_add<T>(H, sc.o_dn, R * dm, H_next, s);
   fc_.check("F6 residual", l, "residual_out", H_next, R * dm);
 }
 
@@ -157,11 +198,9 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
                           mid, dm);
   kern::bias_add_round<T>(t.cur.get(), p(lay_.input_proj_b), R, dm, s);
   fc_.check_rounded<T>("input_proj", -1, "H0", t.cur.get(), R * dm);
-  // nosave layers: no windows, no pc, no h_saved; one layer's buffers reused
-  const LayerActs<T> acts{t.rms.get(),   t.post_norm.get(), t.z.get(),     t.gs.get(),
-                          nullptr,       nullptr,           t.u.get(),     t.xdbl.get(),
-                          t.delta_raw.get(), t.delta.get(), nullptr,       t.y.get(),
-                          t.gated.get()};
+  // nosave layers: no saved conv state or scan states; one layer's buffers reused
+  const LayerActs<T> acts{t.rms.get(), t.post_norm.get(), t.proj.get(), nullptr,
+                          t.xdbl.get(), nullptr,          t.y.get()};
   for (int l = 0; l < int(d_.L); ++l)
     layer_forward(l, acts, t.cur.get(), t.cur.get(), conv_state(l, t.conv.get()),
                   ssm_state(l, t.ssm.get()));
@@ -174,6 +213,9 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
 
 #define MC_INSTANTIATE_FORWARD(T)                                                       \
   template LayerActs<T> Pipeline<T>::saved(int);                                       \
+  template LayerScratch<T> Pipeline<T>::scratch();                                     \
+  template void Pipeline<T>::conv_forward(int, const T*, const float*, float*);        \
+  template void Pipeline<T>::delta_forward(int, const T*);                             \
   template void Pipeline<T>::layer_forward(int, const LayerActs<T>&, const float*,     \
                                            float*, float*, float*);                    \
   template void Pipeline<T>::forward();                                                \

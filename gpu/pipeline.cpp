@@ -68,33 +68,32 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   // input / output
   plan.add(x_, n_of(R * mid), "input");
   plan.add(d_out_, n_of(R * dm), "d_out");
-  plan.add(out_, n_of(R * dm), "output");
   if (typed) {
     plan.add(x_typed_, n_of(R * mid), "input_typed");
     plan.add(out_typed_, n_of(R * dm), "output_typed");
+  } else {
+    plan.add(out_, n_of(R * dm), "output");
   }
   // saved activations
   plan.add(hs_, n_of((L + 1) * R * dm), "residual_stream");
   plan.add(rms_, n_of(L * R), "rms");
-  plan.add(windows_, n_of(L * R * di * dc), "conv_windows");
+  plan.add(conv_s0_, n_of(L * B * di * dc), "incoming_conv_state");
   plan.add(scan_saved_, n_of(L) * scan_saved_floats_, "scan_saved_states");
   plan.add(rms_f_, n_of(R), "norm_f_rms");
   plan.add(post_norm_, n_of(L * R * dm), "post_norm");
-  for (auto [buf, name] : {std::pair{&z_, "gate_pre_silu"}, {&gs_, "gate_post_silu"},
-                           {&pc_, "post_conv"}, {&u_, "u"}, {&delta_raw_, "delta_raw"},
-                           {&delta_, "delta"}, {&y_, "scan_y"}, {&gated_, "gated"}})
-    plan.add(*buf, n_of(L * R * di), name);
+  plan.add(proj_, n_of(L * R * 2 * di), "in_proj_out");
   plan.add(xdbl_, n_of(L * R * xd), "xdbl");
-  // forward scratch
-  plan.add(proj_, n_of(R * 2 * di), "in_proj_out");
-  plan.add(xb_, n_of(R * di), "x_branch");
-  plan.add(o_, n_of(R * dm), "out_proj_out");
-  plan.add(acc_, n_of(R * di), "dt_proj_acc");
+  plan.add(y_, n_of(L * R * di), "scan_y");
+  // layer scratch (lifetimes in pipeline.hpp)
+  for (auto [buf, name] :
+       {std::pair{&u_, "u"}, {&s1_, "delta_raw|gated"}, {&s2_, "delta"},
+        {&s3_, "gated|d_y|d_delta_raw"}, {&s4_, "d_gated|d_delta|d_u_xproj"}, {&du_, "d_u"}})
+    plan.add(*buf, n_of(R * di), name);
+  static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
+  plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
+  plan.add(o_dn_, n_of(R * dm), "out_proj_out|d_post_norm");
   // backward scratch
   plan.add(dH_, n_of(R * dm), "d_hidden");
-  plan.add(dx_norm_, n_of(R * dm), "d_norm_input");
-  plan.add(dB_, n_of(R * ds), "dB");
-  plan.add(dC_, n_of(R * ds), "dC");
   const size_t reduce = std::max({kern::rmsnorm_bwd_scratch_floats(R, dm),
                                   kern::conv1d_silu_bwd_scratch_floats(B, T_len, di, dc),
                                   kern::column_sum_scratch_floats(R, di),
@@ -103,16 +102,14 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(scan_scratch_, std::max<size_t>(1, kern::scan::bwd_workspace_bytes(scan_shape_, route_)),
            "scan_bwd_workspace");
   if (typed) plan.add(dH_typed_, n_of(R * dm), "d_hidden_typed");
-  plan.add(dN_, n_of(R * dm), "d_post_norm");
-  for (auto [buf, name] : {std::pair{&buf_a_, "d_gated|d_delta|d_u_xproj"},
-                           {&buf_b_, "d_y|d_delta_raw|d_x_branch"}, {&dz_, "d_gate"},
-                           {&du_, "d_u"}})
-    plan.add(*buf, n_of(R * di), name);
   plan.add(d_dt_in_, n_of(R * dr), "d_dt_in");
+  if (route_ != ScanRoute::Checkpointed) {  // the cross-check routes' f32 dB, dC
+    plan.add(dB_, n_of(R * ds), "dB");
+    plan.add(dC_, n_of(R * ds), "dC");
+  }
   plan.add(dxdbl_, n_of(R * xd), "d_xdbl");
   // largest tensor the finite check scans in one piece
-  const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * di * dc,
-                                    R * 2 * di, R * xd, R * mid, R * dm, L * B * di * std::max(dc, ds)});
+  const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * 2 * di, R * xd, R * mid, R * dm, L * B * di * std::max(dc, ds)});
   fc_.plan(plan, biggest);
   bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx.workspace_bytes());
   // Defined contents everywhere the first use may read: zero state and grads.
@@ -166,8 +163,13 @@ void Pipeline<T>::upload_d_out(const float* d_out) {
 
 template <class T>
 void Pipeline<T>::download_output(float* out) {
-  if constexpr (!std::is_same<T, float>::value)
+  if constexpr (!std::is_same<T, float>::value) {
+    if (out_.empty()) {  // the f32 copy of the typed output, on first use
+      out_.allocate(n_of(R_ * d_.dm), "output");
+      bytes_ += int64_t(out_.bytes());
+    }
     kern::cast_to_f32<T>(out_typed_.get(), R_ * d_.dm, out_.get(), stream());
+  }
   out_.download(out, out_.size(), stream());
 }
 
@@ -204,11 +206,8 @@ void Pipeline<T>::ensure_target_buffers() {
   plan.add(t->target, n_of(B_ * dm), "target_output");
   if constexpr (!std::is_same<T, float>::value) plan.add(t->x_typed, n_of(R * d_.mid), "target_input_typed");
   plan.add(t->post_norm, n_of(R * dm), "target_post_norm");
-  for (auto [buf, name] :
-       {std::pair{&t->z, "target_gate_pre_silu"}, {&t->gs, "target_gate_post_silu"},
-        {&t->u, "target_u"}, {&t->delta_raw, "target_delta_raw"}, {&t->delta, "target_delta"},
-        {&t->y, "target_scan_y"}, {&t->gated, "target_gated"}})
-    plan.add(*buf, n_of(R * di), name);
+  plan.add(t->proj, n_of(R * 2 * di), "target_in_proj_out");
+  plan.add(t->y, n_of(R * di), "target_scan_y");
   plan.add(t->xdbl, n_of(R * d_.xd), "target_xdbl");
   plan.add(t->out, n_of(R * dm), "target_norm_f_out");
   bytes_ += int64_t(plan.allocate_all("target forward buffers"));

@@ -3,28 +3,46 @@
 // __nv_bfloat16 / __half = the mixed path of spec §6), chosen at run time
 // from RunOptions::dtype by make_pipeline. Internal to gpu/.
 //
-// Buffer plan (R = B·T rows; "T" = storage type, f32 otherwise):
+// Buffer plan (R = B·T rows; "T" = storage type, f32 otherwise). The forward
+// saves only what the backward cannot cheaply rebuild; the backward recomputes
+// the rest of a layer (the conv output u, Δraw and Δ, the gated output) into
+// one layer's scratch with the same kernels and inputs, so the recomputed
+// values are bit-identical to the forward's.
 //   parameters   params, grads [total] f32; a_neg [L, di, ds] f32; typed compute
 //                copy of the whole arena [total] T (typed path only; only the
 //                GEMM weights are read from it)
 //   state        conv [L, B, di, dc], ssm [L, B, di, ds] f32 (persistent, carried);
 //                d_conv0 / d_ssm0 of the same shapes when state_grads
 //   saved        hs [L+1, R, dm] f32 (hs[l] = layer l's input H_l, hs[L] = norm_f input Z),
-//                rms [L, R] f32, windows [L, B, T, di, dc] f32, scan_saved [L, saved] f32
-//                (the scan route's saved states: checkpoints [B, n_ckpt, di, ds], or
-//                h_saved [B, T+1, di, ds] on the cross-check routes),
-//                rms_f [R] f32; post_norm [L, R, dm] T, z, gs, pc, u, delta_raw, delta, y,
-//                gated [L, R, di] T, xdbl [L, R, xd] T; x_typed [R, mid] T (typed path)
-//   fwd scratch  proj [R, 2di] T (in_proj output P, reused as dP in backward),
-//                xb [R, di] T, acc [R, di] f32 (dt_proj GEMM result), o [R, dm] T
-//   bwd scratch  dH, dx_norm [R, dm] f32; dH_typed, dN [R, dm] T; four [R, di] T
-//                buffers with disjoint lifetimes: a = dG -> d_delta -> dU_x,
-//                b = dY -> d_delta_raw -> dxb, dz, du; d_dt_in [R, dr] T;
-//                dxdbl [R, xd] T; dB, dC [R, ds] f32; reduction and scan scratch
-//   target       allocated on first use: its own input, layer activations (one
-//                layer's worth, nosave), zero state and output
+//                rms [L, R] f32, conv_s0 [L, B, di, dc] f32 (each layer's incoming conv
+//                state), scan_saved [L, saved] f32 (the scan route's saved states:
+//                checkpoints [B, n_ckpt, di, ds], or h_saved [B, T+1, di, ds] on the
+//                cross-check routes), rms_f [R] f32; post_norm [L, R, dm] T,
+//                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
+//                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
+//                y [L, R, di] T (scan output before gating)
+//   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3, s4, du
+//                [R, di] T and dP [R, 2di] T, whose storage also holds the f32 dt_proj
+//                accumulator [R, di] while Δraw is formed; o_dn [R, dm] T (out_proj
+//                output, then the in_proj input gradient dN). Lifetimes (F = forward,
+//                R = backward recompute, B1–B8 the backward steps):
+//                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
+//                  s1  F/R: Δraw -> F: gated  |  R: Δraw -> B4 (softplus_bwd)
+//                  s2  F/R: Δ                 -> B3
+//                  s3  R: gated -> B1; B2: dY -> B3; B4: dΔraw
+//                  s4  B1: dG -> B2; B3: dΔ -> B4; B5: dU_x
+//                  du  B3: dU (scan) -> B5: dU (total) -> B6
+//                  dP  F/R: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
+//   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
+//                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
+//                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
+//                assembled into it); reduction and scan scratch
+//   output       out [R, dm] f32 (f32 path: the norm_f output; typed path: allocated
+//                on the first download_output), out_typed [R, dm] T
+//   target       allocated on first use: its own input, residual, state, post_norm,
+//                proj, xdbl, y and output; the layer scratch is shared
 // Everything that mamba-rs keeps f32 in its mixed path stays f32 here too
-// (residual stream, states, windows, h_saved, rms, master weights, grads).
+// (residual stream, states, h_saved / checkpoints, rms, master weights, grads).
 #pragma once
 
 #include <cstdint>
@@ -65,33 +83,33 @@ class PipelineBase {
 std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const ParamLayout& lay,
                                             int64_t B, int64_t T, const RunOptions& opt);
 
-// Raw pointers to one layer's activations (saved, or the target's nosave set
-// where windows / pc / h_saved are nullptr).
+// Raw pointers to one layer's saved activations (or the target forward's
+// nosave set, where conv_s0 and scan_saved are nullptr).
 template <class T>
 struct LayerActs {
-  float* rms;       // [R]
-  T* post_norm;     // [R, dm]
-  T* z;             // [R, di]
-  T* gs;            // [R, di]
-  float* windows;   // [B, T, di, dc]   (nullptr = not saved)
-  T* pc;            // [R, di]          (nullptr = not saved)
-  T* u;             // [R, di]
-  T* xdbl;          // [R, xd]
-  T* delta_raw;     // [R, di]
-  T* delta;         // [R, di]
+  float* rms;         // [R]
+  T* post_norm;       // [R, dm]
+  T* proj;            // [R, 2di]: [xb | z]
+  float* conv_s0;     // [B, di, dc] copy of the incoming conv state (nullptr = not saved)
+  T* xdbl;            // [R, xd]
   float* scan_saved;  // the scan route's saved states (nullptr = not saved)
-  T* y;             // [R, di]
-  T* gated;         // [R, di]
+  T* y;               // [R, di]
 };
 
-// Target forward buffers (allocated on first use). The pure scratch of the
-// training forward (proj, xb, acc, o) is shared; everything else is separate,
-// so a target forward never clobbers the training forward's saved activations,
-// input or state.
+// One layer's scratch (pipeline.hpp's lifetimes table).
+template <class T>
+struct LayerScratch {
+  T *u, *s1, *s2, *s3, *s4, *du, *dP, *o_dn;
+  float* acc() const { return reinterpret_cast<float*>(dP); }  // [R, di] f32 inside dP
+};
+
+// Target forward buffers (allocated on first use). The layer scratch is shared;
+// everything else is separate, so a target forward never clobbers the training
+// forward's saved activations, input or state.
 template <class T>
 struct TargetBuffers {
   DeviceBuffer<float> x, cur, rms, conv, ssm, target;  // [R,mid] [R,dm] [R] [L,B,di,dc] [L,B,di,ds] [B,dm]
-  DeviceBuffer<T> x_typed, post_norm, z, gs, u, delta_raw, delta, y, gated, xdbl, out;
+  DeviceBuffer<T> x_typed, post_norm, proj, y, xdbl, out;
 };
 
 template <class T>
@@ -120,7 +138,10 @@ class Pipeline final : public PipelineBase {
   // forward.cpp
   void layer_forward(int l, const LayerActs<T>& a, const float* H, float* H_next,
                      float* conv_state, float* ssm_state);
+  void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
+  void delta_forward(int l, const T* xdbl);                                      // -> s1, s2
   LayerActs<T> saved(int l);
+  LayerScratch<T> scratch();
   // backward.cpp
   void layer_backward(int l, float* dH);
   // pipeline.cpp
@@ -166,15 +187,14 @@ class Pipeline final : public PipelineBase {
   DeviceBuffer<float> x_, d_out_, out_, d_input_;
   DeviceBuffer<T> x_typed_, out_typed_;
   // saved activations
-  DeviceBuffer<float> hs_, rms_, windows_, scan_saved_, rms_f_;
-  DeviceBuffer<T> post_norm_, z_, gs_, pc_, u_, delta_raw_, delta_, y_, gated_, xdbl_;
-  // forward scratch
-  DeviceBuffer<T> proj_, xb_, o_;
-  DeviceBuffer<float> acc_;
+  DeviceBuffer<float> hs_, rms_, conv_s0_, scan_saved_, rms_f_;
+  DeviceBuffer<T> post_norm_, proj_, xdbl_, y_;
+  // layer scratch
+  DeviceBuffer<T> u_, s1_, s2_, s3_, s4_, du_, dP_, o_dn_;
   // backward scratch
-  DeviceBuffer<float> dH_, dx_norm_, dB_, dC_, reduce_scratch_;
+  DeviceBuffer<float> dH_, dB_, dC_, reduce_scratch_;  // dB, dC: cross-check routes only
   DeviceBuffer<unsigned char> scan_scratch_;
-  DeviceBuffer<T> dH_typed_, dN_, buf_a_, buf_b_, dz_, du_, d_dt_in_, dxdbl_;
+  DeviceBuffer<T> dH_typed_, d_dt_in_, dxdbl_;
   // target forward (lazy)
   std::unique_ptr<TargetBuffers<T>> tgt_;
 };

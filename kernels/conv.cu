@@ -9,6 +9,8 @@
 #include "kernels/reduce.cuh"
 #include "kernels/typed.cuh"
 
+#include <string>
+
 namespace mc::kern {
 
 namespace {
@@ -32,7 +34,8 @@ __device__ __forceinline__ ChunkCoord chunk_coord(int64_t i, int64_t n_chunks, i
 // k of a width-dc window sits at register k + (kDC − dc), so every register
 // index is a compile-time constant for any runtime dc.
 template <class T>
-__global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, const float* __restrict__ w,
+__global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
+                                       const float* __restrict__ w,
                                        const float* __restrict__ bias, int64_t B, int64_t T_len,
                                        int64_t di, int dc, int64_t n_chunks,
                                        const float* __restrict__ state0,
@@ -55,7 +58,7 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, const float* __
       if (k >= 0) {
         wr[r] = w[c.d * dc + k];
         const int64_t src = t0 - dc + k;
-        s[r] = src >= 0 ? dev::to_f32(xb[(c.b * T_len + src) * di + c.d]) : s0[t0 + k];
+        s[r] = src >= 0 ? dev::to_f32(xb[(c.b * T_len + src) * ld_x + c.d]) : s0[t0 + k];
       }
     }
     const float bd = bias[c.d];
@@ -65,7 +68,7 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, const float* __
       // by one step and flip the sign of the conv weight gradient
 #pragma unroll
       for (int r = 0; r < kDC - 1; ++r) s[r] = s[r + 1];
-      s[kDC - 1] = dev::to_f32(xb[row * di + c.d]);
+      s[kDC - 1] = dev::to_f32(xb[row * ld_x + c.d]);
       float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
 #pragma unroll
       for (int r = 0; r < kDC; ++r)
@@ -82,36 +85,75 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, const float* __
   }
 }
 
-// One thread per (b, d): state[b, d, :] = W_{T−1} (read fully before writing).
-//   xb [B, T, di] T, state [B, di, dc] f32 (in S0, out final window)
+// One thread per (b, d): final[b, d, :] = W_{T−1} (S0 read fully before writing; the
+// two may alias).
+//   xb [B, T, di] T (row stride ld_x), s0 [B, di, dc] f32 -> final [B, di, dc] f32
 template <class T>
-__global__ void conv1d_final_state_kernel(const T* __restrict__ xb, int64_t B, int64_t T_len,
-                                          int64_t di, int dc, float* __restrict__ state) {
+__global__ void conv1d_final_state_kernel(const T* __restrict__ xb, int64_t ld_x, int64_t B,
+                                          int64_t T_len, int64_t di, int dc, const float* s0,
+                                          float* final_state) {
   const int64_t n = B * di;
   for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
     const int64_t b = i / di, d = i % di;
-    float* st = state + i * dc;
+    const float* st = s0 + i * dc;
     float s[kDC];
 #pragma unroll
     for (int k = 0; k < kDC; ++k) {
       const int64_t src = T_len - dc + k;  // = (T−1) − (dc−1) + k
       s[k] = k >= dc ? 0.0f
-             : src >= 0 ? dev::to_f32(xb[(b * T_len + src) * di + d])
+             : src >= 0 ? dev::to_f32(xb[(b * T_len + src) * ld_x + d])
                         : st[T_len + k];
     }
+    float* out = final_state + i * dc;
 #pragma unroll
     for (int k = 0; k < kDC; ++k)
-      if (k < dc) st[k] = s[k];
+      if (k < dc) out[k] = s[k];
   }
+}
+
+// What the backward reads: the saved windows and pc, or (windows == pc == null) the
+// input rows xb and the incoming state S0 to rebuild them, exactly as the forward
+// built them (the same f32 sum in the same order), pc rounded to T as a typed
+// store of it would have been.
+template <class T>
+struct ConvSaved {
+  const T* pc;
+  const float* windows;
+  const T* xb;
+  int64_t ld_x;
+  const float* s0;
+  const float* w;
+  const float* bias;
+};
+
+// Tap k of the window W_t of (b, d): xb[t − (dc−1) + k] if that index >= 0, else S0[t + k + 1].
+template <class T>
+__device__ __forceinline__ float window_tap(const ConvSaved<T>& sv, int64_t b, int64_t t,
+                                            int64_t T_len, int64_t di, int dc, int64_t d, int k) {
+  const int64_t src = t - (dc - 1) + k;
+  return src >= 0 ? dev::to_f32(sv.xb[(b * T_len + src) * sv.ld_x + d])
+                  : sv.s0[(b * di + d) * dc + (t + k + 1)];
+}
+
+// pc_t of (b, d): saved, or rebuilt (bias + Σ_k W_t[k]·w[k], k ascending — the
+// forward's sum) and rounded like a typed store.
+template <class T>
+__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, int64_t b, int64_t t,
+                                       int64_t T_len, int64_t di, int dc, int64_t d) {
+  if (sv.pc) return dev::to_f32(sv.pc[(b * T_len + t) * di + d]);
+  float acc = sv.bias[d];
+  for (int k = 0; k < dc; ++k) acc += window_tap(sv, b, t, T_len, di, dc, d, k) * sv.w[d * dc + k];
+  return dev::round_f32<T>(acc);
 }
 
 // g_t = du_t·SiLU'(pc_t); 0 outside [0, T).
 template <class T>
-__device__ __forceinline__ float conv_grad_at(const T* du, const T* pc, int64_t b, int64_t t,
-                                              int64_t T_len, int64_t di, int64_t d) {
+__device__ __forceinline__ float conv_grad_at(const T* du, const ConvSaved<T>& sv, int64_t b,
+                                              int64_t t, int64_t T_len, int64_t di, int dc,
+                                              int64_t d) {
   if (t >= T_len) return 0.0f;
   const int64_t idx = (b * T_len + t) * di + d;
-  return dev::to_f32(du[idx]) * dev::silu_grad(dev::to_f32(pc[idx]));
+  return dev::to_f32(du[idx]) * dev::silu_grad(pc_at(sv, b, t, T_len, di, dc, d));
 }
 
 // One thread per (b, chunk, d), t descending inside the chunk.
@@ -120,12 +162,11 @@ __device__ __forceinline__ float conv_grad_at(const T* du, const T* pc, int64_t 
 //      d_state0 [B, di, dc] f32 (opt; written by the chunk-0 threads)
 // Right-aligned registers as in the forward: tap k of w at register k + pad.
 template <class T>
-__global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __restrict__ pc,
-                                       const float* __restrict__ windows,
+__global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv,
                                        const float* __restrict__ w, int64_t B, int64_t T_len,
                                        int64_t di, int dc, int64_t n_chunks, T* __restrict__ dxb,
-                                       float* __restrict__ pw, float* __restrict__ pb,
-                                       float* __restrict__ d_state0) {
+                                       int64_t ld_dx, float* __restrict__ pw,
+                                       float* __restrict__ pb, float* __restrict__ d_state0) {
   const int64_t n = B * n_chunks * di;
   const int pad = kDC - dc;
   for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
@@ -138,23 +179,29 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __rest
     for (int r = 0; r < kDC; ++r) {
       wr[r] = r >= pad ? wd[r - pad] : 0.0f;
       dw[r] = 0.0f;
-      gn[r] = r < dc - 1 ? conv_grad_at(du, pc, c.b, t1 + r, T_len, di, c.d) : 0.0f;
+      gn[r] = r < dc - 1 ? conv_grad_at(du, sv, c.b, t1 + r, T_len, di, dc, c.d) : 0.0f;
     }
     float db = 0.0f;
     for (int64_t t = t1 - 1; t >= t0; --t) {
       const int64_t row = c.b * T_len + t;
-      const float g = conv_grad_at(du, pc, c.b, t, T_len, di, c.d);
+      const float g = conv_grad_at(du, sv, c.b, t, T_len, di, dc, c.d);
       // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
       // (w[dc−1−j] sits at register kDC−1−j)
       float carry = 0.0f;
 #pragma unroll
       for (int j = kDC - 1; j >= 1; --j)
         if (j < dc) carry += gn[j - 1] * wr[kDC - 1 - j];
-      dxb[row * di + c.d] = dev::from_f32<T>(g * wr[kDC - 1] + carry);
-      const float* wt = windows + (row * di + c.d) * dc;
+      dxb[row * ld_dx + c.d] = dev::from_f32<T>(g * wr[kDC - 1] + carry);
+      if (sv.windows) {
+        const float* wt = sv.windows + (row * di + c.d) * dc;
 #pragma unroll
-      for (int r = 0; r < kDC; ++r)
-        if (r >= pad) dw[r] += g * wt[r - pad];
+        for (int r = 0; r < kDC; ++r)
+          if (r >= pad) dw[r] += g * wt[r - pad];
+      } else {
+#pragma unroll
+        for (int r = 0; r < kDC; ++r)
+          if (r >= pad) dw[r] += g * window_tap(sv, c.b, t, T_len, di, dc, c.d, r - pad);
+      }
       db += g;
 #pragma unroll
       for (int j = kDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
@@ -192,24 +239,45 @@ int64_t conv_chunks(int64_t T_len) { return (T_len + kConvChunk - 1) / kConvChun
 }  // namespace
 
 template <class T>
+void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream) {
+  const char* k = "conv1d_silu_fwd";
+  check_conv_shape(k, p.B, p.seq_len, p.di, p.dc);
+  require_ptr(k, "xb", p.xb);
+  require_ptr(k, "w", p.w);
+  require_ptr(k, "bias", p.bias);
+  require_ptr(k, "s0", p.s0);
+  require_ptr(k, "u", p.u);
+  const int64_t ld_x = p.ld_x ? p.ld_x : p.di;
+  if (ld_x < p.di) fail_arg(k, "ld_x", ld_x, ">=", p.di, "row stride of xb");
+  const int64_t n_chunks = conv_chunks(p.seq_len);
+  conv1d_silu_fwd_kernel<T><<<grid_1d(p.B * n_chunks * p.di), kBlock1D, 0, stream>>>(
+      p.xb, ld_x, p.w, p.bias, p.B, p.seq_len, p.di, int(p.dc), n_chunks, p.s0, p.windows, p.pc, p.u);
+  MC_LAUNCH_CHECK("conv1d_silu_fwd_kernel");
+  if (p.final_state) {  // after every window was built from S0 (final_state may alias s0)
+    conv1d_final_state_kernel<T><<<grid_1d(p.B * p.di), kBlock1D, 0, stream>>>(
+        p.xb, ld_x, p.B, p.seq_len, p.di, int(p.dc), p.s0, p.final_state);
+    MC_LAUNCH_CHECK("conv1d_final_state_kernel");
+  }
+}
+
+template <class T>
 void conv1d_silu_fwd(const T* xb, const float* w, const float* bias, int64_t B, int64_t seq_len,
                      int64_t di, int64_t dc, float* state, float* windows, T* pc, T* u,
                      cudaStream_t stream) {
-  const char* k = "conv1d_silu_fwd";
-  check_conv_shape(k, B, seq_len, di, dc);
-  require_ptr(k, "xb", xb);
-  require_ptr(k, "w", w);
-  require_ptr(k, "bias", bias);
-  require_ptr(k, "state", state);
-  require_ptr(k, "u", u);
-  const int64_t n_chunks = conv_chunks(seq_len);
-  conv1d_silu_fwd_kernel<T><<<grid_1d(B * n_chunks * di), kBlock1D, 0, stream>>>(
-      xb, w, bias, B, seq_len, di, int(dc), n_chunks, state, windows, pc, u);
-  MC_LAUNCH_CHECK("conv1d_silu_fwd_kernel");
-  // After every window was built from S0: overwrite the state with W_{T−1}.
-  conv1d_final_state_kernel<T><<<grid_1d(B * di), kBlock1D, 0, stream>>>(xb, B, seq_len, di,
-                                                                         int(dc), state);
-  MC_LAUNCH_CHECK("conv1d_final_state_kernel");
+  ConvFwdParams<T> p;
+  p.xb = xb;
+  p.w = w;
+  p.bias = bias;
+  p.B = B;
+  p.seq_len = seq_len;
+  p.di = di;
+  p.dc = dc;
+  p.s0 = state;
+  p.final_state = state;
+  p.windows = windows;
+  p.pc = pc;
+  p.u = u;
+  conv1d_silu_fwd<T>(p, stream);
 }
 
 size_t conv1d_silu_bwd_scratch_floats(int64_t B, int64_t seq_len, int64_t di, int64_t dc) {
@@ -220,32 +288,65 @@ size_t conv1d_silu_bwd_scratch_floats(int64_t B, int64_t seq_len, int64_t di, in
 }
 
 template <class T>
+void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
+  const char* k = "conv1d_silu_bwd";
+  check_conv_shape(k, p.B, p.seq_len, p.di, p.dc);
+  require_ptr(k, "du", p.du);
+  require_ptr(k, "w", p.w);
+  require_ptr(k, "dxb", p.dxb);
+  require_ptr(k, "dw", p.dw);
+  require_ptr(k, "dbias", p.dbias);
+  require_ptr(k, "scratch", p.scratch);
+  ConvSaved<T> sv{p.pc, p.windows, p.xb, p.ld_x ? p.ld_x : p.di, p.s0, p.w, p.bias};
+  if (!p.windows || !p.pc) {  // rebuilt from the input rows and S0
+    if (p.windows || p.pc)
+      throw ConfigError(std::string(k) + ": give both windows and pc, or neither (xb and s0)");
+    require_ptr(k, "xb (windows and pc not saved)", p.xb);
+    require_ptr(k, "s0 (windows and pc not saved)", p.s0);
+    require_ptr(k, "bias (windows and pc not saved)", p.bias);
+    if (sv.ld_x < p.di) fail_arg(k, "ld_x", sv.ld_x, ">=", p.di, "row stride of xb");
+  }
+  const int64_t ld_dx = p.ld_dx ? p.ld_dx : p.di;
+  if (ld_dx < p.di) fail_arg(k, "ld_dx", ld_dx, ">=", p.di, "row stride of dxb");
+  const int64_t n_chunks = conv_chunks(p.seq_len);
+  const int64_t rows = p.B * n_chunks, di = p.di, dc = p.dc;
+  float* pw = p.scratch;             // [rows, di*dc]
+  float* pb = pw + rows * di * dc;   // [rows, di]
+  float* reduce_scratch = pb + rows * di;
+  conv1d_silu_bwd_kernel<T><<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
+      p.du, sv, p.w, p.B, p.seq_len, di, int(dc), n_chunks, p.dxb, ld_dx, pw, pb, p.d_state0);
+  MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
+  reduce_sum_axis0(pw, rows, di * dc, p.dw, /*accumulate=*/true, reduce_scratch, stream);
+  reduce_sum_axis0(pb, rows, di, p.dbias, /*accumulate=*/true, reduce_scratch, stream);
+}
+
+template <class T>
 void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float* w, int64_t B,
                      int64_t seq_len, int64_t di, int64_t dc, T* dxb, float* dw, float* dbias,
                      float* d_state0, float* scratch, cudaStream_t stream) {
   const char* k = "conv1d_silu_bwd";
-  check_conv_shape(k, B, seq_len, di, dc);
-  require_ptr(k, "du", du);
   require_ptr(k, "pc", pc);
   require_ptr(k, "windows", windows);
-  require_ptr(k, "w", w);
-  require_ptr(k, "dxb", dxb);
-  require_ptr(k, "dw", dw);
-  require_ptr(k, "dbias", dbias);
-  require_ptr(k, "scratch", scratch);
-  const int64_t n_chunks = conv_chunks(seq_len);
-  const int64_t rows = B * n_chunks;
-  float* pw = scratch;               // [rows, di*dc]
-  float* pb = pw + rows * di * dc;   // [rows, di]
-  float* reduce_scratch = pb + rows * di;
-  conv1d_silu_bwd_kernel<T><<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
-      du, pc, windows, w, B, seq_len, di, int(dc), n_chunks, dxb, pw, pb, d_state0);
-  MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
-  reduce_sum_axis0(pw, rows, di * dc, dw, /*accumulate=*/true, reduce_scratch, stream);
-  reduce_sum_axis0(pb, rows, di, dbias, /*accumulate=*/true, reduce_scratch, stream);
+  ConvBwdParams<T> p;
+  p.du = du;
+  p.pc = pc;
+  p.windows = windows;
+  p.w = w;
+  p.B = B;
+  p.seq_len = seq_len;
+  p.di = di;
+  p.dc = dc;
+  p.dxb = dxb;
+  p.dw = dw;
+  p.dbias = dbias;
+  p.d_state0 = d_state0;
+  p.scratch = scratch;
+  conv1d_silu_bwd<T>(p, stream);
 }
 
 #define MC_INSTANTIATE_CONV(T)                                                                 \
+  template void conv1d_silu_fwd<T>(const ConvFwdParams<T>&, cudaStream_t);                     \
+  template void conv1d_silu_bwd<T>(const ConvBwdParams<T>&, cudaStream_t);                     \
   template void conv1d_silu_fwd<T>(const T*, const float*, const float*, int64_t, int64_t,     \
                                    int64_t, int64_t, float*, float*, T*, T*, cudaStream_t);    \
   template void conv1d_silu_bwd<T>(const T*, const T*, const float*, const float*, int64_t,    \

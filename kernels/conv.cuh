@@ -34,6 +34,26 @@ void conv1d_silu_fwd(const T* xb, const float* w, const float* bias, int64_t B, 
                      int64_t di, int64_t dc, float* state, float* windows, T* pc, T* u,
                      cudaStream_t stream);
 
+// The same with every option (params struct): xb read through a row stride
+// (e.g. the x half of the in_proj output, ld_x = 2·di), the incoming state S0
+// read-only and the final window written to final_state (null = not written;
+// it may alias s0).
+template <class T>
+struct ConvFwdParams {
+  const T* xb = nullptr;       // [B*T rows, ld_x]
+  int64_t ld_x = 0;            // 0 = di
+  const float* w = nullptr;    // [di, dc]
+  const float* bias = nullptr; // [di]
+  int64_t B = 0, seq_len = 0, di = 0, dc = 0;
+  const float* s0 = nullptr;   // [B, di, dc]
+  float* final_state = nullptr;
+  float* windows = nullptr;    // [B, T, di, dc] or null
+  T* pc = nullptr;             // [B, T, di] or null
+  T* u = nullptr;              // [B, T, di]
+};
+template <class T>
+void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream);
+
 // Floats of scratch conv1d_silu_bwd needs (per-(b, chunk, d) partials of dw and
 // dbias plus the column-sum scratch).
 size_t conv1d_silu_bwd_scratch_floats(int64_t B, int64_t seq_len, int64_t di, int64_t dc);
@@ -51,5 +71,31 @@ template <class T>
 void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float* w, int64_t B,
                      int64_t seq_len, int64_t di, int64_t dc, T* dxb, float* dw, float* dbias,
                      float* d_state0, float* scratch, cudaStream_t stream);
+
+// The same with every option: without the saved windows and pc (both null) the
+// backward rebuilds them from the forward's input rows xb (row stride ld_x) and
+// its incoming state s0 — the same f32 sums in the same order as the forward, pc
+// rounded to T like a typed store — so the forward need save neither; dxb is
+// written through a row stride (e.g. into the x half of the in_proj gradient).
+template <class T>
+struct ConvBwdParams {
+  const T* du = nullptr;            // [B, T, di]
+  const T* pc = nullptr;            // [B, T, di] or null (rebuilt)
+  const float* windows = nullptr;   // [B, T, di, dc] or null (rebuilt)
+  const T* xb = nullptr;            // [B*T rows, ld_x]   (when rebuilding)
+  int64_t ld_x = 0;
+  const float* s0 = nullptr;        // [B, di, dc]        (when rebuilding)
+  const float* bias = nullptr;      // [di]               (when rebuilding)
+  const float* w = nullptr;         // [di, dc]
+  int64_t B = 0, seq_len = 0, di = 0, dc = 0;
+  T* dxb = nullptr;                 // [B*T rows, ld_dx] (=)
+  int64_t ld_dx = 0;
+  float* dw = nullptr;              // [di, dc] (+=)
+  float* dbias = nullptr;           // [di] (+=)
+  float* d_state0 = nullptr;        // [B, di, dc] (=) or null
+  float* scratch = nullptr;         // conv1d_silu_bwd_scratch_floats(B, T, di, dc)
+};
+template <class T>
+void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream);
 
 }  // namespace mc::kern

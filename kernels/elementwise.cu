@@ -82,6 +82,36 @@ __global__ void gating_bwd_kernel(const T* __restrict__ dG, const T* __restrict_
   }
 }
 
+// y [R, di], z (row stride ld_z) -> g [R, di] = q(y·q(SiLU(z))): the gate SiLU
+// and the gating of F3/F4e in one pass, rounded exactly as split_gate_silu +
+// gating_fwd store them
+template <class T>
+__global__ void gate_fwd_kernel(const T* __restrict__ y, const T* __restrict__ z, int64_t ld_z,
+                                int64_t R, int64_t di, T* __restrict__ g) {
+  MC_GRID_LOOP(i, R * di) {
+    const int64_t r = i / di, d = i % di;
+    const T gs = from_f32<T>(dev::silu(to_f32(z[r * ld_z + d])));
+    g[i] = from_f32<T>(to_f32(y[i]) * to_f32(gs));
+  }
+}
+
+// dG, y [R, di], z (row stride ld_z) -> dY [R, di] = q(dG·gs), dz (row stride
+// ld_dz) = q(dG·y·SiLU'(z)), gs = q(SiLU(z)) recomputed: gating_bwd without the
+// saved gs and with dz written in place (the z half of the in_proj gradient)
+template <class T>
+__global__ void gate_bwd_kernel(const T* __restrict__ dG, const T* __restrict__ y,
+                                const T* __restrict__ z, int64_t ld_z, int64_t R, int64_t di,
+                                T* __restrict__ dY, T* __restrict__ dz, int64_t ld_dz) {
+  MC_GRID_LOOP(i, R * di) {
+    const int64_t r = i / di, d = i % di;
+    const float zv = to_f32(z[r * ld_z + d]);
+    const T gs = from_f32<T>(dev::silu(zv));
+    const float g = to_f32(dG[i]);
+    dY[i] = from_f32<T>(g * to_f32(gs));
+    dz[r * ld_dz + d] = from_f32<T>(g * to_f32(y[i]) * dev::silu_grad(zv));
+  }
+}
+
 // a [n] f32, b [n] T -> out [n] f32 (out may alias a: no __restrict__)
 template <class T>
 __global__ void residual_add_kernel(const float* a, const T* __restrict__ b, int64_t n,
@@ -187,6 +217,36 @@ void split_gate_silu(const T* P, int64_t R, int64_t di, T* xb, T* z, T* gs, cuda
   require_ptr(k, "gs", gs);
   split_gate_silu_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(P, R, di, xb, z, gs);
   MC_LAUNCH_CHECK("split_gate_silu_kernel");
+}
+
+template <class T>
+void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g,
+              cudaStream_t stream) {
+  const char* k = "gate_fwd";
+  require_rows_cols(k, R, "d_inner", di);
+  require_ptr(k, "y", y);
+  require_ptr(k, "z", z);
+  require_ptr(k, "g", g);
+  if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
+  gate_fwd_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(y, z, ld_z, R, di, g);
+  MC_LAUNCH_CHECK("gate_fwd_kernel");
+}
+
+template <class T>
+void gate_bwd(const T* dG, const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* dY,
+              T* dz, int64_t ld_dz, cudaStream_t stream) {
+  const char* k = "gate_bwd";
+  require_rows_cols(k, R, "d_inner", di);
+  require_ptr(k, "dG", dG);
+  require_ptr(k, "y", y);
+  require_ptr(k, "z", z);
+  require_ptr(k, "dY", dY);
+  require_ptr(k, "dz", dz);
+  if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
+  if (ld_dz < di) fail_arg(k, "ld_dz", ld_dz, ">=", di, "row stride of dz");
+  gate_bwd_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(dG, y, z, ld_z, R, di, dY, dz,
+                                                                ld_dz);
+  MC_LAUNCH_CHECK("gate_bwd_kernel");
 }
 
 template <class T>
@@ -372,6 +432,9 @@ void exp_negate(const float* a_log, int64_t n, float* a_neg, cudaStream_t stream
 
 #define MC_INSTANTIATE_ELEMENTWISE(T)                                                          \
   template void split_gate_silu<T>(const T*, int64_t, int64_t, T*, T*, T*, cudaStream_t);      \
+  template void gate_fwd<T>(const T*, const T*, int64_t, int64_t, int64_t, T*, cudaStream_t);  \
+  template void gate_bwd<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, T*,  \
+                            int64_t, cudaStream_t);                                          \
   template void concat_halves<T>(const T*, const T*, int64_t, int64_t, T*, cudaStream_t);      \
   template void softplus_bias_fwd<T>(const float*, const float*, int64_t, int64_t, T*, T*,     \
                                      cudaStream_t);                                            \

@@ -61,7 +61,9 @@ __global__ void rmsnorm_fwd_kernel(const float* __restrict__ x, const float* __r
 
 // One block per row (grid-stride over rows).
 //   dy [R, D] T, x [R, D] f32, g [D], rms [R] -> dx [R, D] f32, partials [R, D] = dy·x̂
-template <class T>
+// kAccumulate: dx += the gradient (the residual path of B8 in the same pass),
+// added as one f32 sum of the rounded gradient, like a separate residual add.
+template <class T, bool kAccumulate>
 __global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __restrict__ x,
                                    const float* __restrict__ g, const float* __restrict__ rms,
                                    int64_t R, int64_t D, float* __restrict__ dx,
@@ -78,7 +80,8 @@ __global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __rest
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
       const float d = dev::to_f32(dyr[i]);
       const float xh = xr[i] * inv;
-      dx[r * D + i] = (g[i] * d - xh * m) * inv;
+      const float v = __fmul_rn(g[i] * d - xh * m, inv);  // no contraction into the add
+      dx[r * D + i] = kAccumulate ? __fadd_rn(dx[r * D + i], v) : v;
       partials[r * D + i] = d * xh;
     }
   }
@@ -111,9 +114,10 @@ size_t rmsnorm_bwd_scratch_floats(int64_t R, int64_t D) {
 }
 
 template <class T>
-void rmsnorm_bwd(const T* dy, const float* x, const float* g, const float* rms, int64_t R,
-                 int64_t D, float* dx, float* dg, float* scratch, cudaStream_t stream) {
-  const char* k = "rmsnorm_bwd";
+void rmsnorm_bwd_impl(const T* dy, const float* x, const float* g, const float* rms, int64_t R,
+                      int64_t D, float* dx, bool accumulate, float* dg, float* scratch,
+                      cudaStream_t stream) {
+  const char* k = accumulate ? "rmsnorm_bwd_residual" : "rmsnorm_bwd";
   check_norm_shape(k, R, D);
   require_ptr(k, "dy", dy);
   require_ptr(k, "x", x);
@@ -123,17 +127,37 @@ void rmsnorm_bwd(const T* dy, const float* x, const float* g, const float* rms, 
   require_ptr(k, "dg", dg);
   require_ptr(k, "scratch", scratch);
   float* partials = scratch;
-  rmsnorm_bwd_kernel<T><<<norm_grid(R), norm_threads(D), 0, stream>>>(dy, x, g, rms, R, D, dx,
-                                                                      partials);
+  if (accumulate)
+    rmsnorm_bwd_kernel<T, true><<<norm_grid(R), norm_threads(D), 0, stream>>>(dy, x, g, rms, R, D,
+                                                                              dx, partials);
+  else
+    rmsnorm_bwd_kernel<T, false><<<norm_grid(R), norm_threads(D), 0, stream>>>(dy, x, g, rms, R, D,
+                                                                               dx, partials);
   MC_LAUNCH_CHECK("rmsnorm_bwd_kernel");
   reduce_sum_axis0(partials, R, D, dg, /*accumulate=*/true, partials + R * D, stream);
+}
+
+template <class T>
+void rmsnorm_bwd(const T* dy, const float* x, const float* g, const float* rms, int64_t R,
+                 int64_t D, float* dx, float* dg, float* scratch, cudaStream_t stream) {
+  rmsnorm_bwd_impl<T>(dy, x, g, rms, R, D, dx, /*accumulate=*/false, dg, scratch, stream);
+}
+
+template <class T>
+void rmsnorm_bwd_residual(const T* dy, const float* x, const float* g, const float* rms,
+                          int64_t R, int64_t D, float* dH, float* dg, float* scratch,
+                          cudaStream_t stream) {
+  rmsnorm_bwd_impl<T>(dy, x, g, rms, R, D, dH, /*accumulate=*/true, dg, scratch, stream);
 }
 
 #define MC_INSTANTIATE_NORM(T)                                                                \
   template void rmsnorm_fwd<T>(const float*, const float*, int64_t, int64_t, double, T*,      \
                                float*, cudaStream_t);                                         \
   template void rmsnorm_bwd<T>(const T*, const float*, const float*, const float*, int64_t,   \
-                               int64_t, float*, float*, float*, cudaStream_t);
+                               int64_t, float*, float*, float*, cudaStream_t);         \
+  template void rmsnorm_bwd_residual<T>(const T*, const float*, const float*, const float*,   \
+                                        int64_t, int64_t, float*, float*, float*,             \
+                                        cudaStream_t);
 MC_INSTANTIATE_NORM(float)
 MC_INSTANTIATE_NORM(__nv_bfloat16)
 MC_INSTANTIATE_NORM(__half)

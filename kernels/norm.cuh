@@ -36,4 +36,13 @@ template <class T>
 void rmsnorm_bwd(const T* dy, const float* x, const float* g, const float* rms, int64_t R,
                  int64_t D, float* dx, float* dg, float* scratch, cudaStream_t stream);
 
+// B8 with its residual in one pass: dH [R, D] f32 (+=) the dx of rmsnorm_bwd —
+// dH_i ← dH_i + dx_i as one f32 add of the rounded dx_i, the same values as
+// rmsnorm_bwd into a temporary followed by residual_add, without the [R, D]
+// temporary. dg and scratch as for rmsnorm_bwd.
+template <class T>
+void rmsnorm_bwd_residual(const T* dy, const float* x, const float* g, const float* rms,
+                          int64_t R, int64_t D, float* dH, float* dg, float* scratch,
+                          cudaStream_t stream);
+
 }  // namespace mc::kern

@@ -3,8 +3,10 @@
 // oracle (reference_cpu/steps.hpp), a TYPED_TEST over the storage types f32, bf16 and f16 on the
 // step testbed (validation/support/step_testbed.hpp). Shapes: odd sizes, every d_conv in 1..8, T
 // around the conv chunk, non-zero carried states, gradients accumulated (+=) onto non-zero values;
-// also bitwise reproducible reductions, nosave conv == saving conv, RN casts, the first non-finite
-// index, and the refusal of d_conv = 9 (no device needed).
+// also bitwise reproducible reductions, nosave conv == saving conv, the fused variants the
+// training step runs (strided conv input, conv backward rebuilding its windows, gate with z in
+// place, RMSNorm backward with its residual) == their unfused compositions, RN casts, the first
+// non-finite index, and the refusal of d_conv = 9 (no device needed).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -79,6 +81,39 @@ TYPED_TEST(StepParity, RmsNormBackward) {  // typed dy, f32 x -> f32 dx, dg (+=)
     };
     tb.run([&](auto& h) { ref::rmsnorm_bwd(h[dy], h[x], h[g], h[rms], R, D, h[dx], h[dg]); }, bwd);
     tb.rerun("the same launch again", bwd, {dg});  // fixed-order reduction
+  }
+}
+
+// B8 with the residual in one pass: dH += dx. The same bits as rmsnorm_bwd into a
+// temporary followed by the f32 residual_add (the unfused path).
+TYPED_TEST(StepParity, RmsNormBackwardWithResidual) {
+  for (const RowsDim sh : kNormShapes) {
+    const int64_t R = sh.R, D = sh.D;
+    auto tb = this->bed(shape_tag({{"R", R}, {"D", D}}));
+    const auto x = tb.in("x", uniform(R * D, 25 + R, -2.0, 2.0));
+    const auto g = tb.in("g", uniform(D, 26 + D, 0.5, 1.5));
+    const auto dy = tb.in_typed("dy", uniform(R * D, 27 + R, -1.0, 1.0));
+    std::vector<float> rms_f(R), y_f(R * D);
+    ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
+                            rms_f.data());
+    const auto rms = tb.in("rms", rms_f);
+    const auto dH = tb.inout("rmsnorm_bwd_residual.dH", uniform(R * D, 28 + R, -1.0, 1.0));
+    const auto dg = tb.inout("rmsnorm_bwd_residual.dg", uniform(D, 29 + D, -0.5, 0.5));
+    float* scratch = tb.scratch(kern::rmsnorm_bwd_scratch_floats(R, D));
+    float* tmp = tb.scratch(size_t(R * D));
+    tb.run([&](auto& h) {
+      using S = std::remove_pointer_t<decltype(h[dH])>;
+      std::vector<S> dx(static_cast<size_t>(R * D));
+      ref::rmsnorm_bwd(h[dy], h[x], h[g], h[rms], R, D, dx.data(), h[dg]);
+      for (int64_t i = 0; i < R * D; ++i) h[dH][i] += dx[size_t(i)];
+    }, [&](auto& d) {
+      kern::rmsnorm_bwd_residual<TypeParam>(d[dy], d[x], d[g], d[rms], R, D, d[dH], d[dg],
+                                            scratch, d.s);
+    });
+    tb.rerun("rmsnorm_bwd, then residual_add (unfused)", [&](auto& d) {
+      kern::rmsnorm_bwd<TypeParam>(d[dy], d[x], d[g], d[rms], R, D, tmp, d[dg], scratch, d.s);
+      kern::residual_add<float>(d[dH], tmp, R * D, d[dH], d.s);
+    }, {dH, dg});
   }
 }
 
@@ -181,6 +216,33 @@ TYPED_TEST(StepParity, Conv1dSiluForwardWithCarriedState) {
       ref::conv1d_silu_fwd(h[xb], h[w], h[bias], B, T, di, dc, h[st], h[win], h[pc], h[u]);
     }, [&](auto& d) { fwd(d, true); });
     tb.rerun("nosave (target forward)", [&](auto& d) { fwd(d, false); }, {u, st});
+    // The training forward's call: xb read in place from [xb | other] rows (stride
+    // 2·di), the incoming state read-only from a copy, the final window written apart.
+    std::vector<float> xs_v(size_t(2 * n), 7.0f);
+    const std::vector<float> xb_v = tb.host(xb);
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t c = 0; c < di; ++c) xs_v[size_t(r * 2 * di + c)] = xb_v[size_t(r * di + c)];
+    const auto xs = tb.in_typed("xb_strided", xs_v);
+    const auto s0 = tb.in("s0", tb.host(st));
+    const auto strided = [&](auto& d, bool final_state) {
+      kern::ConvFwdParams<TypeParam> cp;
+      cp.xb = d[xs];
+      cp.ld_x = 2 * di;
+      cp.w = d[w];
+      cp.bias = d[bias];
+      cp.B = B;
+      cp.seq_len = T;
+      cp.di = di;
+      cp.dc = dc;
+      cp.s0 = d[s0];
+      cp.final_state = final_state ? d[st] : nullptr;
+      cp.u = d[u];
+      kern::conv1d_silu_fwd<TypeParam>(cp, d.s);
+    };
+    tb.rerun("xb strided, s0 read-only, final state apart", [&](auto& d) { strided(d, true); },
+             {u, st});
+    tb.rerun("the backward's recompute (no final state)", [&](auto& d) { strided(d, false); },
+             {u});
   }
 }
 
@@ -194,6 +256,7 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
     const auto w_v = uniform(di * dc, 72 + dc, -1.0, 1.0), bias = uniform(di, 73 + di, -0.5, 0.5);
     std::vector<float> st = uniform(B * di * dc, 74 + B, -1.0, 1.0), win_v(n * dc),
                        pc_v(n), u_v(n);
+    const std::vector<float> st0 = st;  // the incoming state (st becomes the final one)
     ref::conv1d_silu_fwd<float>(xb.data(), w_v.data(), bias.data(), B, T, di, dc, st.data(),
                                 win_v.data(), pc_v.data(), u_v.data());
     const auto du = tb.in_typed("du", uniform(n, 75 + T, -1.0, 1.0));
@@ -218,6 +281,33 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
                   return true;
                 });
     tb.rerun("again with d_state0 = null", [&](auto& d) { bwd(d, nullptr); }, {dxb, dw, db});
+    // Without the saved windows and pc: both rebuilt from xb (read in place, row
+    // stride 2·di) and the incoming state — the same bits.
+    std::vector<float> xs_v(size_t(2 * n), -3.0f);
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t c = 0; c < di; ++c) xs_v[size_t(r * 2 * di + c)] = xb[size_t(r * di + c)];
+    const auto xs = tb.in_typed("xb_strided", xs_v);
+    const auto s0 = tb.in("s0", st0);
+    const auto bias_d = tb.in("bias", bias);
+    tb.rerun("windows and pc rebuilt from xb and S0", [&](auto& d) {
+      kern::ConvBwdParams<TypeParam> cp;
+      cp.du = d[du];
+      cp.xb = d[xs];
+      cp.ld_x = 2 * di;
+      cp.s0 = d[s0];
+      cp.bias = d[bias_d];
+      cp.w = d[w];
+      cp.B = B;
+      cp.seq_len = T;
+      cp.di = di;
+      cp.dc = dc;
+      cp.dxb = d[dxb];
+      cp.dw = d[dw];
+      cp.dbias = d[db];
+      cp.d_state0 = d[ds0];
+      cp.scratch = scratch;
+      kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
+    }, {dxb, dw, db, ds0});
   }
 }
 
@@ -264,6 +354,52 @@ TYPED_TEST(StepParity, GatingForwardBackward) {
       kern::gating_fwd<TypeParam>(d[y], d[gs], n, d[g], d.s);
       kern::gating_bwd<TypeParam>(d[dG], d[y], d[z], d[gs], n, d[dY], d[dz], d.s);
     });
+  }
+}
+
+// F3 + F4e and B2 fused: z read in place from P [R, 2di] (row stride 2di), gs
+// recomputed, dz written into the z half of dP [R, 2di] (its x half untouched).
+// The same bits as split_gate_silu + gating_fwd / gating_bwd (the unfused path).
+TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
+  for (const RowsDim sh : {RowsDim{1, 1}, RowsDim{13, 7}, RowsDim{20, 17}, RowsDim{300, 33}}) {
+    const int64_t R = sh.R, di = sh.D, n = R * di;
+    auto tb = this->bed(shape_tag({{"R", R}, {"di", di}}));
+    const auto P = tb.in_typed("P", uniform(R * 2 * di, 94 + R, -8.0, 8.0));
+    const auto y = tb.in_typed("y", uniform(n, 95 + R, -3.0, 3.0));
+    const auto dG = tb.in_typed("dG", uniform(n, 96 + R, -1.0, 1.0));
+    const auto g = tb.out_typed("gate_fwd", n);
+    const auto dY = tb.out_typed("gate_bwd.dY", n);
+    const auto dP = tb.inout_typed("gate_bwd.dP", uniform(R * 2 * di, 97 + R, -1.0, 1.0));
+    // device scratch for the unfused variant: xb, z, gs, dz [R, di] T
+    TypeParam* tmp[4];
+    for (auto& t : tmp) t = reinterpret_cast<TypeParam*>(tb.scratch(size_t(n)));
+    tb.run([&](auto& h) {
+      using S = std::remove_pointer_t<decltype(h[g])>;
+      std::vector<S> xb(static_cast<size_t>(n)), z(static_cast<size_t>(n)), gs(static_cast<size_t>(n)),
+          dz(static_cast<size_t>(n));
+      ref::split_gate_silu_fwd(h[P], R, di, xb.data(), z.data(), gs.data());
+      if constexpr (std::is_same_v<S, float>) {  // P rounds the stored gs (O never rounds)
+        if (!std::is_same_v<TypeParam, float>)
+          for (S& v : gs) v = mc::round_to(mc::testing::StorageType<TypeParam>::dtype, v);
+      }
+      ref::gating_fwd(h[y], gs.data(), n, h[g]);
+      ref::gating_bwd(h[dG], h[y], z.data(), gs.data(), n, h[dY], dz.data());
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < di; ++c) h[dP][r * 2 * di + di + c] = dz[size_t(r * di + c)];
+    }, [&](auto& d) {
+      kern::gate_fwd<TypeParam>(d[y], d[P] + di, 2 * di, R, di, d[g], d.s);
+      kern::gate_bwd<TypeParam>(d[dG], d[y], d[P] + di, 2 * di, R, di, d[dY], d[dP] + di, 2 * di,
+                                d.s);
+    });
+    tb.rerun("split_gate_silu + gating_fwd/gating_bwd (unfused)", [&](auto& d) {
+      kern::split_gate_silu<TypeParam>(d[P], R, di, tmp[0], tmp[1], tmp[2], d.s);
+      kern::gating_fwd<TypeParam>(d[y], tmp[2], n, d[g], d.s);
+      kern::gating_bwd<TypeParam>(d[dG], d[y], tmp[1], tmp[2], n, d[dY], tmp[3], d.s);
+      ASSERT_EQ(cudaMemcpy2DAsync(d[dP] + di, size_t(2 * di) * sizeof(TypeParam), tmp[3],
+                                  size_t(di) * sizeof(TypeParam), size_t(di) * sizeof(TypeParam),
+                                  size_t(R), cudaMemcpyDeviceToDevice, d.s),
+                cudaSuccess);
+    }, {g, dY, dP});
   }
 }
 
