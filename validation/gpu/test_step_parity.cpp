@@ -256,7 +256,6 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
     const auto w_v = uniform(di * dc, 72 + dc, -1.0, 1.0), bias = uniform(di, 73 + di, -0.5, 0.5);
     std::vector<float> st = uniform(B * di * dc, 74 + B, -1.0, 1.0), win_v(n * dc),
                        pc_v(n), u_v(n);
-    const std::vector<float> st0 = st;  // the incoming state (st becomes the final one)
     ref::conv1d_silu_fwd<float>(xb.data(), w_v.data(), bias.data(), B, T, di, dc, st.data(),
                                 win_v.data(), pc_v.data(), u_v.data());
     const auto du = tb.in_typed("du", uniform(n, 75 + T, -1.0, 1.0));
@@ -281,33 +280,86 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
                   return true;
                 });
     tb.rerun("again with d_state0 = null", [&](auto& d) { bwd(d, nullptr); }, {dxb, dw, db});
-    // Without the saved windows and pc: both rebuilt from xb (read in place, row
-    // stride 2·di) and the incoming state — the same bits.
+  }
+}
+
+// The training step's conv backward: no saved windows or pc — both rebuilt from xb (read in
+// place, row stride 2·di) and the incoming state S0; dxb written through the same stride.
+// The device forms pc as an FMA chain (bias, then tap k = 0..dc−1) rounded to T; the saved
+// inputs the oracle (and the saving variant) read are built the same way on the host, so the
+// saving variant must give the same bits.
+TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
+  constexpr mc::DType kQ = mc::testing::StorageType<TypeParam>::dtype;
+  for (const ConvShape sh : conv_shapes()) {
+    const int64_t B = sh.B, T = sh.T, di = sh.di, dc = sh.dc, n = B * T * di;
+    auto tb = this->bed(shape_tag({{"B", B}, {"T", T}, {"di", di}, {"dc", dc}}));
+    const auto xb = tb.quantised(uniform(n, 171 + T, -2.0, 2.0));
+    const auto w_v = uniform(di * dc, 172 + dc, -1.0, 1.0), b_v = uniform(di, 173 + di, -0.5, 0.5);
+    const auto s0_v = uniform(B * di * dc, 174 + B, -1.0, 1.0);
+    std::vector<float> win_v(size_t(n * dc)), pc_v(static_cast<size_t>(n));
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < di; ++d) {
+          const int64_t row = bb * T + t;
+          float acc = b_v[size_t(d)];
+          for (int64_t k = 0; k < dc; ++k) {
+            const int64_t src = t - (dc - 1) + k;
+            const float tap = src >= 0 ? xb[size_t((bb * T + src) * di + d)]
+                                       : s0_v[size_t((bb * di + d) * dc + t + k + 1)];
+            win_v[size_t((row * di + d) * dc + k)] = tap;
+            acc = std::fma(tap, w_v[size_t(d * dc + k)], acc);
+          }
+          pc_v[size_t(row * di + d)] = mc::round_to(kQ, acc);
+        }
     std::vector<float> xs_v(size_t(2 * n), -3.0f);
     for (int64_t r = 0; r < B * T; ++r)
       for (int64_t c = 0; c < di; ++c) xs_v[size_t(r * 2 * di + c)] = xb[size_t(r * di + c)];
     const auto xs = tb.in_typed("xb_strided", xs_v);
-    const auto s0 = tb.in("s0", st0);
-    const auto bias_d = tb.in("bias", bias);
-    tb.rerun("windows and pc rebuilt from xb and S0", [&](auto& d) {
+    const auto s0 = tb.in("s0", s0_v);
+    const auto bias = tb.in("bias", b_v);
+    const auto w = tb.in("w", w_v);
+    const auto pc = tb.in_typed("pc", pc_v);
+    const auto win = tb.in("windows", win_v);
+    const auto du = tb.in_typed("du", uniform(n, 175 + T, -1.0, 1.0));
+    // dxb lands in the x half of [dxb | other] rows; the other half keeps its values
+    const auto dxs = tb.inout_typed("conv_bwd_rebuild.dxb_strided",
+                                    uniform(2 * n, 176 + T, -1.0, 1.0));
+    const auto dw = tb.inout("conv_bwd_rebuild.dw", uniform(di * dc, 177 + dc, -0.5, 0.5));
+    const auto db = tb.inout("conv_bwd_rebuild.dbias", uniform(di, 178 + di, -0.5, 0.5));
+    const auto ds0 = tb.out("conv_bwd_rebuild.d_state0", B * di * dc);
+    float* scratch = tb.scratch(kern::conv1d_silu_bwd_scratch_floats(B, T, di, dc));
+    const auto bwd = [&](auto& d, bool rebuild) {
       kern::ConvBwdParams<TypeParam> cp;
       cp.du = d[du];
+      cp.pc = rebuild ? nullptr : d[pc];
+      cp.windows = rebuild ? nullptr : d[win];
       cp.xb = d[xs];
       cp.ld_x = 2 * di;
       cp.s0 = d[s0];
-      cp.bias = d[bias_d];
+      cp.bias = d[bias];
       cp.w = d[w];
       cp.B = B;
       cp.seq_len = T;
       cp.di = di;
       cp.dc = dc;
-      cp.dxb = d[dxb];
+      cp.dxb = d[dxs];
+      cp.ld_dx = 2 * di;
       cp.dw = d[dw];
       cp.dbias = d[db];
       cp.d_state0 = d[ds0];
       cp.scratch = scratch;
       kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
-    }, {dxb, dw, db, ds0});
+    };
+    tb.run([&](auto& h) {
+      using S = std::remove_pointer_t<decltype(h[dw])>;
+      std::vector<S> dxb(static_cast<size_t>(n));
+      ref::conv1d_silu_bwd(h[du], h[pc], h[win], h[w], B, T, di, dc, dxb.data(), h[dw], h[db],
+                           h[ds0]);
+      for (int64_t r = 0; r < B * T; ++r)
+        for (int64_t c = 0; c < di; ++c) h[dxs][r * 2 * di + c] = dxb[size_t(r * di + c)];
+    }, [&](auto& d) { bwd(d, true); });
+    tb.rerun("saved windows and pc (the same values)", [&](auto& d) { bwd(d, false); },
+             {dxs, dw, db, ds0});
   }
 }
 
