@@ -1,5 +1,6 @@
 // backward.cpp — the backbone backward (spec §4.1: norm_f, B0–B8 per layer in
-// reverse, input_proj) with optional initial-state gradients and d_input, one
+// reverse, input_proj) with optional initial-state gradients, optional upstream
+// gradients on the final states (Model::set_final_state_grads) and d_input, one
 // implementation over the storage type T. Parameter gradients accumulate into
 // the f32 arena (zeroed at the start); every reduction is fixed-order (GEMMs
 // with beta = 1, reduce_sum_axis0 / column_sum), no atomics.
@@ -60,6 +61,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   fc_.check("B2 gating", l, "d_gate", dz, R * di);
   // B3 scan BPTT; dB, dC summed over d in f32; dD, dA_log accumulate into the arena
   float* dh0 = opt_.state_grads ? ssm_state(l, d_ssm0_.get()) : nullptr;
+  const float* dh_final = have_final_grads_ ? ssm_state(l, d_ssm_T_.get()) : nullptr;
   kern::scan::BwdParams<T> sp;
   sp.shape = scan_shape_;
   sp.route = route_;
@@ -78,6 +80,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.dC = {dC_.get(), ds};
   sp.dD = g(off.d_param);
   sp.dA_log = g(off.a_log);
+  sp.dh_final = dh_final;
   sp.dh0 = dh0;
   sp.workspace = scan_scratch_.get();
   sp.workspace_bytes = scan_scratch_.bytes();
@@ -105,8 +108,10 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   fc_.check("B5 x_proj", l, "d_u", dU, R * di);
   // B6 SiLU + conv (+ gradient w.r.t. the incoming conv state)
   float* dconv0 = opt_.state_grads ? conv_state(l, d_conv0_.get()) : nullptr;
+  const float* dconv_final = have_final_grads_ ? conv_state(l, d_conv_T_.get()) : nullptr;
   kern::conv1d_silu_bwd<T>(dU, a.pc, a.windows, p(off.conv_w), B_, T_, di, d_.dc, dxb,
-                           g(off.conv_w), g(off.conv_b), dconv0, reduce_scratch_.get(), s);
+                           g(off.conv_w), g(off.conv_b), dconv0, reduce_scratch_.get(), s,
+                           dconv_final);
   fc_.check("B6 conv1d_silu", l, "d_x_branch", dxb, R * di);
   // B7 in_proj: dP = [dxb | dz], dN = dP·W_inᵀ, dW_in += Nᵀ·dP
   kern::concat_halves<T>(dxb, dz, R, di, dP, s);

@@ -124,7 +124,8 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __rest
                                        const float* __restrict__ w, int64_t B, int64_t T_len,
                                        int64_t di, int dc, int64_t n_chunks, T* __restrict__ dxb,
                                        float* __restrict__ pw, float* __restrict__ pb,
-                                       float* __restrict__ d_state0) {
+                                       float* __restrict__ d_state0,
+                                       const float* __restrict__ d_state_T) {
   const int64_t n = B * n_chunks * di;
   const int pad = kDC - dc;
   for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
@@ -132,6 +133,7 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __rest
     const int64_t t0 = c.chunk * kConvChunk;
     const int64_t t1 = t0 + kConvChunk < T_len ? t0 + kConvChunk : T_len;
     const float* wd = w + c.d * dc;
+    const float* dsT = d_state_T ? d_state_T + (c.b * di + c.d) * dc : nullptr;
     float wr[kDC], dw[kDC], gn[kDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
 #pragma unroll
     for (int r = 0; r < kDC; ++r) {
@@ -149,7 +151,10 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __rest
 #pragma unroll
       for (int j = kDC - 1; j >= 1; --j)
         if (j < dc) carry += gn[j - 1] * wr[kDC - 1 - j];
-      dxb[row * di + c.d] = dev::from_f32<T>(g * wr[kDC - 1] + carry);
+      float v = g * wr[kDC - 1] + carry;
+      // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
+      if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
+      dxb[row * di + c.d] = dev::from_f32<T>(v);
       const float* wt = windows + (row * di + c.d) * dc;
 #pragma unroll
       for (int r = 0; r < kDC; ++r)
@@ -173,6 +178,8 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __rest
 #pragma unroll
         for (int t = 0; t < kDC - 1; ++t)
           if (t < j) acc += gn[t] * wd[j - 1 - t];
+        // slots j >= T of S0 are still in the final window, at position j - T
+        if (dsT && j >= T_len) acc += dsT[j - T_len];
         ds[j] = acc;
       }
     }
@@ -221,7 +228,8 @@ size_t conv1d_silu_bwd_scratch_floats(int64_t B, int64_t seq_len, int64_t di, in
 template <class T>
 void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float* w, int64_t B,
                      int64_t seq_len, int64_t di, int64_t dc, T* dxb, float* dw, float* dbias,
-                     float* d_state0, float* scratch, cudaStream_t stream) {
+                     float* d_state0, float* scratch, cudaStream_t stream,
+                     const float* d_state_T) {
   const char* k = "conv1d_silu_bwd";
   check_conv_shape(k, B, seq_len, di, dc);
   require_ptr(k, "du", du);
@@ -238,7 +246,7 @@ void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
   conv1d_silu_bwd_kernel<T><<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
-      du, pc, windows, w, B, seq_len, di, int(dc), n_chunks, dxb, pw, pb, d_state0);
+      du, pc, windows, w, B, seq_len, di, int(dc), n_chunks, dxb, pw, pb, d_state0, d_state_T);
   MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
   reduce_sum_axis0(pw, rows, di * dc, dw, /*accumulate=*/true, reduce_scratch, stream);
   reduce_sum_axis0(pb, rows, di, dbias, /*accumulate=*/true, reduce_scratch, stream);
@@ -249,7 +257,7 @@ void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float
                                    int64_t, int64_t, float*, float*, T*, T*, cudaStream_t);    \
   template void conv1d_silu_bwd<T>(const T*, const T*, const float*, const float*, int64_t,    \
                                    int64_t, int64_t, int64_t, T*, float*, float*, float*,      \
-                                   float*, cudaStream_t);
+                                   float*, cudaStream_t, const float*);
 MC_INSTANTIATE_CONV(float)
 MC_INSTANTIATE_CONV(__nv_bfloat16)
 MC_INSTANTIATE_CONV(__half)
