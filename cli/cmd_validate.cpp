@@ -348,16 +348,10 @@ int run(ValidateOptions& o) {
                "not run: no usable GPU on this machine (" + reason + ")";
   }
   std::printf("%s\n", gpu_line.c_str());
-  if (o.gpu_only && !gpu_usable) {
-    std::fprintf(stderr,
-                 "mambacheck validate: the requested GPU checks cannot run: no usable GPU on this "
-                 "machine (%s); no check ran (exit %d)\n",
-                 reason.c_str(), kExitCannotRun);
-    return kExitCannotRun;
-  }
+  const bool nothing_to_run = o.gpu_only && !gpu_usable;
 
   Summary s;
-  for (size_t i = 0; i < cases.size(); ++i) {
+  for (size_t i = 0; i < cases.size() && !nothing_to_run; ++i) {
     const Case& c = cases[i];
     std::printf("[%zu/%zu] %s (%s)\n", i + 1, cases.size(), c.name.c_str(),
                 check::describe(c.cfg, c.B, c.T).c_str());
@@ -374,6 +368,7 @@ int run(ValidateOptions& o) {
   for (const Row& r : s.rows)
     std::printf("%-22s %-28s %-7s %s\n", r.config.c_str(), r.check.c_str(), status_name(r.status),
                 r.detail.c_str());
+  if (s.rows.empty()) std::printf("(no check ran)\n");
   const bool gpu_missing = gpu_requested && !gpu_usable;
   int code = kExitPass;
   std::string verdict;
@@ -394,9 +389,9 @@ int run(ValidateOptions& o) {
   std::printf("validate: %s (exit %d)\n", verdict.c_str(), code);
   if (gpu_missing)
     std::fprintf(stderr,
-                 "mambacheck validate: the requested GPU checks could not run: no usable GPU on "
-                 "this machine (%s)\n",
-                 reason.c_str());
+                 "mambacheck validate: the requested GPU checks cannot run: no usable GPU on this "
+                 "machine (%s)%s (exit %d)\n",
+                 reason.c_str(), passed + failed == 0 ? "; no check ran" : "", code);
 
   if (!o.json.empty()) {
     Json extra = Json::object();
