@@ -29,7 +29,8 @@ class ResourceError : public std::runtime_error {
 //                     the copies the directional check keeps of every input;
 //   ensemble          O, P and kMcaRuns Monte Carlo runs of every output and
 //                     gradient, plus one run's activations (GPU comparisons);
-//   dump              O (and P for bf16/f16) with activations, plus the inputs.
+//   dump              O (and P for bf16/f16) with activations, plus the inputs;
+// then 25% and 64 MiB on top (calibrated against the measured peak RSS).
 enum class OracleWork { GradientChecks, Ensemble, Dump };
 double oracle_bytes_estimate(const ModelConfig& cfg, int64_t B, int64_t T, OracleWork work);
 
