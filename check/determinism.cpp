@@ -33,23 +33,13 @@ std::vector<float> slice(const std::vector<float>& v, int64_t off, int64_t n) {
   return std::vector<float>(v.begin() + off, v.begin() + off + n);
 }
 
-std::string layer_name(int64_t l, const char* what) {
-  return "layers." + std::to_string(l) + "." + what;
-}
-
-// Per-layer tensor [L, B, di, w]: one entry per layer (the whole batch).
-void add_per_layer(TensorList& t, const char* what, const std::vector<float>& v, const Dims& d,
-                   int64_t B, int64_t w) {
-  const int64_t per = B * d.di * w;
-  for (int64_t l = 0; l < d.L; ++l) t.push_back({layer_name(l, what), slice(v, l * per, per)});
-}
-
 // Sample b's part of a per-layer tensor [L, B, di, w]: one entry per layer.
-void add_sample_per_layer(TensorList& t, const char* what, const std::vector<float>& v,
-                          const Dims& d, int64_t B, int64_t b, int64_t w) {
+void add_sample_per_layer(TensorList& t, const char* prefix, const char* what,
+                          const std::vector<float>& v, const Dims& d, int64_t B, int64_t b,
+                          int64_t w) {
   const int64_t per_sample = d.di * w;
   for (int64_t l = 0; l < d.L; ++l)
-    t.push_back({layer_name(l, what), slice(v, (l * B + b) * per_sample, per_sample)});
+    t.push_back({prefix + layer_tensor(l, what), slice(v, (l * B + b) * per_sample, per_sample)});
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
@@ -75,30 +65,28 @@ void write_file(const std::string& path, const std::string& bytes) {
 
 // ---- the tensors of one run ------------------------------------------------------------
 
-TensorList forward_tensors(const ModelInputs& in, const ModelOutputs<float>& o) {
-  const Dims d = Dims::from(in.cfg);
+TensorList catalogue_tensors(const std::vector<TensorSpec>& specs, const ModelOutputs<float>& o) {
   TensorList t;
-  t.push_back({"out", slice(o.out, 0, in.B * in.T * d.dm)});
-  add_per_layer(t, "conv_final", o.conv_final, d, in.B, d.dc);
-  add_per_layer(t, "ssm_final", o.ssm_final, d, in.B, d.ds);
+  for (const TensorSpec& s : specs) t.push_back({s.name, slice(field(o, s.field), s.offset, s.count)});
   return t;
 }
 
+TensorList forward_tensors(const ModelInputs& in, const ModelOutputs<float>& o) {
+  return catalogue_tensors(forward_results(in.cfg, in.B, in.T), o);
+}
+
 TensorList backward_tensors(const ModelInputs& in, const ModelOutputs<float>& o) {
-  const Dims d = Dims::from(in.cfg);
-  const ParamLayout lay(d);
-  TensorList t;
-  for (const ParamEntry& e : lay.entries) t.push_back({"grad." + e.name, slice(o.grads, e.offset, e.size)});
-  t.push_back({"d_input", slice(o.dX, 0, in.B * in.T * d.mid)});
-  add_per_layer(t, "d_conv0", o.d_conv0, d, in.B, d.dc);
-  add_per_layer(t, "d_ssm0", o.d_ssm0, d, in.B, d.ds);
-  return t;
+  return catalogue_tensors(backward_results(in.cfg, in.B, in.T), o);
 }
 
 ModelOutputs<float> run_forward_backward(gpu::Model& m, const ModelInputs& in) {
   ModelOutputs<float> o;
   m.set_params(in.params);
   m.set_state(in.conv0, in.ssm0);
+  if (has_final_state_grads(in))
+    m.set_final_state_grads(in.d_conv_final, in.d_ssm_final);
+  else
+    m.clear_final_state_grads();
   m.forward(in.X, o.out);
   m.get_state(o.conv_final, o.ssm_final);
   m.backward(in.d_out, o.grads, &o.d_conv0, &o.d_ssm0, &o.dX);
@@ -141,6 +129,8 @@ ModelInputs select_samples(const ModelInputs& in, const std::vector<int64_t>& sa
   out.d_out = rows(in.d_out, d.dm);
   out.conv0 = per_layer(in.conv0, d.dc);
   out.ssm0 = per_layer(in.ssm0, d.ds);
+  if (!in.d_conv_final.empty()) out.d_conv_final = per_layer(in.d_conv_final, d.dc);
+  if (!in.d_ssm_final.empty()) out.d_ssm_final = per_layer(in.d_ssm_final, d.ds);
   return out;
 }
 
@@ -151,11 +141,11 @@ TensorList sample_tensors(const ModelInputs& in, const ModelOutputs<float>& o, i
   const Dims d = Dims::from(in.cfg);
   TensorList t;
   t.push_back({"out", slice(o.out, b * in.T * d.dm, in.T * d.dm)});
-  add_sample_per_layer(t, "conv_final", o.conv_final, d, in.B, b, d.dc);
-  add_sample_per_layer(t, "ssm_final", o.ssm_final, d, in.B, b, d.ds);
-  t.push_back({"d_input", slice(o.dX, b * in.T * d.mid, in.T * d.mid)});
-  add_sample_per_layer(t, "d_conv0", o.d_conv0, d, in.B, b, d.dc);
-  add_sample_per_layer(t, "d_ssm0", o.d_ssm0, d, in.B, b, d.ds);
+  add_sample_per_layer(t, "", "conv_final", o.conv_final, d, in.B, b, d.dc);
+  add_sample_per_layer(t, "", "ssm_final", o.ssm_final, d, in.B, b, d.ds);
+  t.push_back({"grad.input", slice(o.dX, b * in.T * d.mid, in.T * d.mid)});
+  add_sample_per_layer(t, "grad.", "conv0", o.d_conv0, d, in.B, b, d.dc);
+  add_sample_per_layer(t, "grad.", "ssm0", o.d_ssm0, d, in.B, b, d.ds);
   return t;
 }
 
@@ -430,33 +420,31 @@ namespace {
 // Part of the file format (a file without this tag is never overwritten), so
 // it keeps the path this writer had when the format was defined: files written
 // before the move to check/ stay mergeable.
-constexpr const char* kWriterTag = "\"writer\": \"mambacheck determinism (validation/common/determinism.cpp)\"";
-constexpr const char* kRowPrefix = "{\"id\": \"";
+constexpr const char* kWriterTag = "mambacheck determinism (validation/common/determinism.cpp)";
 
-
-// The rows of a file this writer produced, as (id, line), in file order.
-std::vector<std::pair<std::string, std::string>> existing_rows(const std::string& path) {
-  std::vector<std::pair<std::string, std::string>> rows;
+// The rows of a file this writer produced, in file order (parsed as JSON).
+report::Json existing_rows(const std::string& path) {
   std::ifstream f(path);
-  if (!f) return rows;  // absent: a new file
+  if (!f) return report::Json::array();  // absent: a new file
   const std::string text = read_file(path);
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return rows;
-  if (text.find(kWriterTag) == std::string::npos)
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return report::Json::array();
+  report::Json doc;
+  try {
+    doc = report::Json::parse(text);
+  } catch (const report::Json::parse_error& e) {
+    throw std::runtime_error("refusing to rewrite '" + path + "': it is not valid JSON (" +
+                             e.what() + "); point " + std::string(kDeterminismJsonEnv) +
+                             " at a new file");
+  }
+  if (!doc.is_object() || !doc.contains("writer") || doc["writer"] != kWriterTag)
     throw std::runtime_error("refusing to rewrite '" + path +
                              "': it was not written by merge_determinism_json (no writer tag); "
                              "point " + std::string(kDeterminismJsonEnv) + " at a new file");
-  std::istringstream is(text);
-  for (std::string line; std::getline(is, line);) {
-    const size_t p = line.find_first_not_of(' ');
-    if (p == std::string::npos || line.compare(p, std::strlen(kRowPrefix), kRowPrefix) != 0) continue;
-    std::string row = line.substr(p);
-    while (!row.empty() && (row.back() == ',' || row.back() == ' ' || row.back() == '\r')) row.pop_back();
-    const size_t a = std::strlen(kRowPrefix);
-    const size_t e = row.find('"', a);
-    if (e == std::string::npos) throw std::runtime_error("'" + path + "': malformed row '" + row + "'");
-    rows.emplace_back(row.substr(a, e - a), row);
-  }
-  return rows;
+  if (!doc.contains("determinism") || !doc["determinism"].is_array()) return report::Json::array();
+  for (const auto& r : doc["determinism"])
+    if (!r.is_object() || !r.contains("id") || !r["id"].is_string())
+      throw std::runtime_error("'" + path + "': a determinism row has no string id: " + r.dump());
+  return doc["determinism"];
 }
 
 }  // namespace
@@ -464,24 +452,26 @@ std::vector<std::pair<std::string, std::string>> existing_rows(const std::string
 void merge_determinism_json(const std::string& path, const std::string& context_json,
                             const std::vector<DeterminismRow>& rows) {
   report::FileLock lock(path + ".lock");
-  auto all = existing_rows(path);
+  report::Json all = existing_rows(path);
   for (const auto& r : rows) {
     if (r.id.empty() || r.id.find_first_of("\"\\") != std::string::npos)
       throw std::invalid_argument("determinism row id '" + r.id + "' is empty or has quotes");
-    const std::string line = to_json_line(r);
-    auto it = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.first == r.id; });
-    if (it != all.end())
-      it->second = line;
-    else
-      all.emplace_back(r.id, line);
+    report::Json line = report::Json::parse(to_json_line(r));
+    bool replaced = false;
+    for (auto& x : all)
+      if (x["id"] == r.id) {
+        x = line;
+        replaced = true;
+        break;
+      }
+    if (!replaced) all.push_back(std::move(line));
   }
-  std::ostringstream os;
-  os << "{\n  \"schema\": \"" << report::kValidationSchema << "\",\n  " << kWriterTag
-     << ",\n  \"context\": " << context_json << ",\n  \"determinism\": [\n";
-  for (size_t i = 0; i < all.size(); ++i)
-    os << "    " << all[i].second << (i + 1 < all.size() ? "," : "") << "\n";
-  os << "  ]\n}\n";
-  report::replace_file_atomically(path, os.str());
+  report::Json doc = report::Json::object();
+  doc["schema"] = report::kValidationSchema;
+  doc["writer"] = kWriterTag;
+  doc["context"] = report::Json::parse(context_json);
+  doc["determinism"] = std::move(all);
+  report::write_json_file(path, doc);
 }
 
 }  // namespace mc::check

@@ -1,8 +1,9 @@
 // determinism.hpp — bitwise reproducibility of whole Model runs (issue 5 part 1).
 //
 //  * A run is a list of named f32 tensors: every output, final state and
-//    gradient of one forward + backward (names as in compare_model: out,
-//    layers.l.conv_final, ..., grad.<ParamEntry>, d_input, layers.l.d_ssm0).
+//    gradient of one forward + backward, in the order and with the names of
+//    the tensor catalogue (catalogue.hpp: out, layers.l.conv_final, ...,
+//    grad.<ParamEntry>, grad.input, grad.layers.l.ssm0).
 //  * Each tensor is hashed with FNV-1a 64 over its raw bytes; a manifest is the
 //    ordered list (name, element count, hash) and can be written to / read from
 //    a small text file, so another process's run can be compared.
@@ -32,15 +33,19 @@ using TensorList = std::vector<NamedTensor>;
 
 // ---- the tensors of one run ------------------------------------------------------------
 
-// Forward group: out [B*T, dm], layers.l.conv_final [B, di, dc], layers.l.ssm_final [B, di, ds].
+// The catalogue entries' slices of o.
+TensorList catalogue_tensors(const std::vector<TensorSpec>& specs, const ModelOutputs<float>& o);
+// Forward group (forward_results): out [B*T, dm], layers.l.conv_final [B, di, dc],
+// layers.l.ssm_final [B, di, ds].
 TensorList forward_tensors(const ModelInputs& in, const ModelOutputs<float>& o);
-// Backward group: grad.<ParamEntry> (each parameter tensor), d_input [B*T, mid],
-// layers.l.d_conv0 [B, di, dc], layers.l.d_ssm0 [B, di, ds].
+// Backward group (backward_results): grad.<ParamEntry> (each parameter tensor),
+// grad.input [B*T, mid], grad.layers.l.conv0 [B, di, dc], grad.layers.l.ssm0 [B, di, ds].
 TensorList backward_tensors(const ModelInputs& in, const ModelOutputs<float>& o);
 
 // One forward + backward (with state and input gradients) on an existing Model
-// built for in.cfg, in.B, in.T with state_grads: parameters and initial state
-// are set first, so a reused Model starts every run from the same point.
+// built for in.cfg, in.B, in.T with state_grads: parameters, initial state and
+// the final-state upstream gradients are set first, so a reused Model starts
+// every run from the same point.
 ModelOutputs<float> run_forward_backward(gpu::Model& m, const ModelInputs& in);
 
 // ---- batch composition -------------------------------------------------------------------
@@ -49,7 +54,7 @@ ModelOutputs<float> run_forward_backward(gpu::Model& m, const ModelInputs& in);
 // parameters; X/d_out rows and each layer's initial-state slice per sample).
 ModelInputs select_samples(const ModelInputs& in, const std::vector<int64_t>& samples);
 // What belongs to sample b alone: out rows [T, dm], layers.l.conv_final /
-// ssm_final [di, dc|ds], d_input rows [T, mid], layers.l.d_conv0 / d_ssm0.
+// ssm_final [di, dc|ds], grad.input rows [T, mid], grad.layers.l.conv0 / ssm0.
 // (Parameter gradients are sums over the batch and are not per-sample.)
 TensorList sample_tensors(const ModelInputs& in, const ModelOutputs<float>& o, int64_t b);
 

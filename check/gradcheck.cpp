@@ -253,9 +253,13 @@ std::string shape_tag(const Problem& p) {
 
 // ---- backbone ----
 
+// Output: [out | conv_final | ssm_final], so that the random output weighting
+// also puts upstream gradients on the final states (FinalStateGrads).
 struct BackboneFn {
   ParamLayout lay;
   int64_t B, T;
+  int64_t n_out() const { return B * T * lay.dims.dm; }
+  int64_t n_conv() const { return lay.dims.L * B * lay.dims.di * lay.dims.dc; }
   template <class S>
   ref::RecurrentState<S> state(const Tensors<S>& in) const {
     ref::RecurrentState<S> s;
@@ -266,14 +270,17 @@ struct BackboneFn {
   template <class S>
   void forward(const Tensors<S>& in, std::vector<S>& out) const {
     ref::RecurrentState<S> s = state(in);
-    out.assign(size_t(B * T * lay.dims.dm), S(0));
-    ref::backbone_forward(lay, in[0].data(), B, T, in[1].data(), s, out.data(),
+    std::vector<S> y(size_t(n_out()), S(0));
+    ref::backbone_forward(lay, in[0].data(), B, T, in[1].data(), s, y.data(),
                           static_cast<ref::BackboneActivations<S>*>(nullptr));
+    out = std::move(y);
+    out.insert(out.end(), s.conv.begin(), s.conv.end());
+    out.insert(out.end(), s.ssm.begin(), s.ssm.end());
   }
   template <class S>
   void backward(const Tensors<S>& in, const std::vector<S>& v, Tensors<S>& g) const {
     ref::RecurrentState<S> s = state(in);
-    std::vector<S> out(size_t(B * T * lay.dims.dm));
+    std::vector<S> out(static_cast<size_t>(n_out()));
     ref::BackboneActivations<S> act;
     ref::backbone_forward(lay, in[0].data(), B, T, in[1].data(), s, out.data(), &act);
     ref::BackboneGradOutputs<S> go;
@@ -281,32 +288,41 @@ struct BackboneFn {
     go.dX = g[1].data();
     go.d_conv0 = g[2].data();
     go.d_ssm0 = g[3].data();
-    ref::backbone_backward(lay, in[0].data(), act, v.data(), go);
+    ref::FinalStateGrads<S> fin;
+    fin.conv = v.data() + n_out();
+    fin.ssm = v.data() + n_out() + n_conv();
+    ref::backbone_backward(lay, in[0].data(), act, v.data(), fin, go);
   }
 };
 
 // ---- layer ----
 
+// Output: [H_out | conv_final | ssm_final] (see BackboneFn).
 struct LayerFn {
   Dims d;
   LayerParamOffsets off;
   int64_t B, T;
+  int64_t n_out() const { return B * T * d.dm; }
+  int64_t n_conv() const { return B * d.di * d.dc; }
   template <class S>
   void forward(const Tensors<S>& in, std::vector<S>& out) const {
     std::vector<S> conv = in[2], ssm = in[3];
-    out.assign(size_t(B * T * d.dm), S(0));
+    out.assign(size_t(n_out()), S(0));
     ref::layer_forward(d, in[0].data(), off, B, T, in[1].data(), conv.data(), ssm.data(),
                        out.data(), static_cast<ref::LayerActivations<S>*>(nullptr));
+    out.insert(out.end(), conv.begin(), conv.end());
+    out.insert(out.end(), ssm.begin(), ssm.end());
   }
   template <class S>
   void backward(const Tensors<S>& in, const std::vector<S>& v, Tensors<S>& g) const {
-    std::vector<S> conv = in[2], ssm = in[3], out(size_t(B * T * d.dm));
+    std::vector<S> conv = in[2], ssm = in[3], out(static_cast<size_t>(n_out()));
     ref::LayerActivations<S> act;
     ref::layer_forward(d, in[0].data(), off, B, T, in[1].data(), conv.data(), ssm.data(),
                        out.data(), &act);
-    std::vector<S> dH = v;
-    ref::layer_backward(d, in[0].data(), off, B, T, act, dH.data(), g[0].data(), g[2].data(),
-                        g[3].data());
+    std::vector<S> dH(v.begin(), v.begin() + n_out());
+    ref::layer_backward_chained(d, in[0].data(), off, B, T, act, dH.data(), g[0].data(),
+                                v.data() + n_out(), v.data() + n_out() + n_conv(), g[2].data(),
+                                g[3].data());
     g[1] = dH;
   }
 };
@@ -461,16 +477,16 @@ DiffFunction backbone_function(const Problem& p) {
   const ParamLayout& lay = p.layout;
   std::vector<Segment> segs;
   for (const ParamEntry& e : lay.entries) segs.push_back({e.name, 0, e.offset, e.size});
-  segs.push_back({"X", 1, 0, int64_t(p.X.size())});
+  segs.push_back({"input", 1, 0, int64_t(p.X.size())});
   const Dims& d = p.dims;
   const int64_t nc = p.B * d.di * d.dc, ns = p.B * d.di * d.ds;
   for (int64_t l = 0; l < d.L; ++l)
-    segs.push_back({"layers." + std::to_string(l) + ".conv_state0", 2, l * nc, nc});
+    segs.push_back({"layers." + std::to_string(l) + ".conv0", 2, l * nc, nc});
   for (int64_t l = 0; l < d.L; ++l)
-    segs.push_back({"layers." + std::to_string(l) + ".ssm_state0", 3, l * ns, ns});
-  return make_function("backbone " + shape_tag(p), {"params", "X", "conv0", "ssm0"},
-                       {p.params, p.X, p.conv0, p.ssm0}, std::move(segs), p.B * p.T * d.dm,
-                       BackboneFn{lay, p.B, p.T});
+    segs.push_back({"layers." + std::to_string(l) + ".ssm0", 3, l * ns, ns});
+  return make_function("backbone " + shape_tag(p), {"params", "input", "conv0", "ssm0"},
+                       {p.params, p.X, p.conv0, p.ssm0}, std::move(segs),
+                       p.B * p.T * d.dm + d.L * (nc + ns), BackboneFn{lay, p.B, p.T});
 }
 
 DiffFunction layer_function(const Problem& p, int layer) {
@@ -492,11 +508,11 @@ DiffFunction layer_function(const Problem& p, int layer) {
     if (e.layer == layer) segs.push_back({e.name, 0, e.offset, e.size});
   const std::string pre = "layers." + std::to_string(layer) + ".";
   segs.push_back({pre + "H", 1, 0, int64_t(H.size())});
-  segs.push_back({pre + "conv_state0", 2, 0, nc});
-  segs.push_back({pre + "ssm_state0", 3, 0, ns});
+  segs.push_back({pre + "conv0", 2, 0, nc});
+  segs.push_back({pre + "ssm0", 3, 0, ns});
   return make_function("layer " + std::to_string(layer) + " " + shape_tag(p),
                        {"params", "H", "conv0", "ssm0"}, {p.params, H, conv0, ssm0},
-                       std::move(segs), p.B * p.T * d.dm,
+                       std::move(segs), p.B * p.T * d.dm + nc + ns,
                        LayerFn{d, p.layout.layers[size_t(layer)], p.B, p.T});
 }
 

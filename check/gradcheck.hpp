@@ -113,14 +113,16 @@ GradcheckResult gradcheck(const DiffFunction& f, const GradcheckOptions& opt = {
 
 // ---- the functions the suites and the CLI check ---------------------------
 
-// The backbone: inputs params (one segment per ParamEntry), X, conv0, ssm0
-// (one segment per layer each); output: out [B*T, dm] (post norm_f). Always
+// The backbone: inputs params (one segment per ParamEntry), input (X), conv0,
+// ssm0 (one segment per layer each, named as in catalogue.hpp); output: out
+// [B*T, dm] (post norm_f) followed by the final conv and SSM states, so the
+// check covers the upstream gradients on the final states too. Always
 // Storage{F32}: the bf16/f16 rounding points are not differentiable.
 DiffFunction backbone_function(const Problem& p);
 
 // Layer `l` alone: inputs params (segments: layer l's entries only), H (the
 // layer's actual input in the problem's forward), conv0, ssm0 of layer l;
-// output: H_out [B*T, dm].
+// output: H_out [B*T, dm] followed by the layer's final conv and SSM states.
 DiffFunction layer_function(const Problem& p, int layer);
 
 // Names of the step functions: rmsnorm, linear, conv1d_silu, softplus,

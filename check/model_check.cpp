@@ -42,15 +42,6 @@ void add_rule(Comparison& c, const std::string& name, const std::vector<float>& 
       k_rule(name, K.data() + off, O.data() + off, P.data() + off, n, dtype, k_limit_for(dtype)));
 }
 
-// One comparison per layer of a per-layer tensor [L, B, di, w].
-void add_per_layer(Comparison& c, const std::string& what, const Dims& d, int64_t B, int64_t w,
-                   const std::vector<float>& K, const std::vector<double>& O,
-                   const std::vector<float>& P, DType dtype) {
-  const int64_t per = B * d.di * w;
-  for (int64_t l = 0; l < d.L; ++l)
-    add_rule(c, "layers." + std::to_string(l) + "." + what, K, O, P, l * per, per, dtype);
-}
-
 }  // namespace
 
 ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
@@ -66,6 +57,8 @@ ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint
   in.conv0 = to_float(p.conv0);
   in.ssm0 = to_float(p.ssm0);
   in.d_out = to_float(p.d_out);
+  in.d_conv_final = to_float(p.d_conv_final);
+  in.d_ssm_final = to_float(p.d_ssm_final);
   if (dtype != DType::F32) {
     for (const ParamEntry& e : p.layout.entries)
       if (e.gemm_weight) quantise(in.params, e.offset, e.size, dtype);
@@ -74,6 +67,25 @@ ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint
   return in;
 }
 
+
+const std::vector<float>& field(const ModelInputs& in, Field f) {
+  switch (f) {
+    case Field::Conv0: return in.conv0;
+    case Field::Ssm0: return in.ssm0;
+    case Field::Params: return in.params;
+    case Field::DOut: return in.d_out;
+    case Field::DConvFinal: return in.d_conv_final;
+    case Field::DSsmFinal: return in.d_ssm_final;
+    default: return in.X;
+  }
+}
+
+bool has_final_state_grads(const ModelInputs& in) {
+  for (const auto* v : {&in.d_conv_final, &in.d_ssm_final})
+    for (float x : *v)
+      if (x != 0.0f) return true;
+  return false;
+}
 
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm,
                             bool check_finite, ScanExp exp, gpu::TypedGemm typed) {
@@ -88,6 +100,7 @@ ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath 
   gpu::Model m(in.cfg, in.B, in.T, opt);
   m.set_params(in.params);
   m.set_state(in.conv0, in.ssm0);
+  if (has_final_state_grads(in)) m.set_final_state_grads(in.d_conv_final, in.d_ssm_final);
   ModelOutputs<float> o;
   m.forward(in.X, o.out);
   m.get_state(o.conv_final, o.ssm_final);
@@ -103,7 +116,9 @@ std::string describe(const ModelConfig& c, int64_t B, int64_t T) {
 }
 
 bool shape_ok_for_k_rule(const ModelConfig& c, int64_t B, int64_t T) {
-  return c.d_model >= kMinRuleElements && B * T * c.input_dim >= kMinRuleElements;
+  for (const TensorSpec& t : result_catalogue(c, B, T))
+    if (t.count < kMinRuleElements) return false;
+  return true;
 }
 
 double k_limit_for(DType dtype) { return dtype == DType::F32 ? kF32KLimit : kTypedKLimit; }
@@ -138,20 +153,11 @@ std::string Comparison::report(bool failures_only) const {
 Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const ModelOutputs<float>& K, const ModelOutputs<double>& O,
                          const ModelOutputs<float>& P) {
-  const Dims d = Dims::from(in.cfg);
-  const ParamLayout lay(d);
-  const DType t = in.dtype;
   Comparison c;
   c.label = label;
-  const int64_t R = in.B * in.T;
-  add_rule(c, "out", K.out, O.out, P.out, 0, R * d.dm, t);
-  add_per_layer(c, "conv_final", d, in.B, d.dc, K.conv_final, O.conv_final, P.conv_final, t);
-  add_per_layer(c, "ssm_final", d, in.B, d.ds, K.ssm_final, O.ssm_final, P.ssm_final, t);
-  for (const ParamEntry& e : lay.entries)
-    add_rule(c, "grad." + e.name, K.grads, O.grads, P.grads, e.offset, e.size, t);
-  add_rule(c, "d_input", K.dX, O.dX, P.dX, 0, R * d.mid, t);
-  add_per_layer(c, "d_conv0", d, in.B, d.dc, K.d_conv0, O.d_conv0, P.d_conv0, t);
-  add_per_layer(c, "d_ssm0", d, in.B, d.ds, K.d_ssm0, O.d_ssm0, P.d_ssm0, t);
+  for (const TensorSpec& t : result_catalogue(in.cfg, in.B, in.T))
+    add_rule(c, t.name, field(K, t.field), field(O, t.field), field(P, t.field), t.offset,
+             t.count, in.dtype);
   return c;
 }
 

@@ -6,16 +6,19 @@
 //   K  the GPU pipeline (gpu::Model).
 // For bf16/f16 the GEMM weights and the input X are quantised to the dtype
 // once, before any of the three runs, so all see identical inputs (input
-// quantisation is not kernel error). Compared: out, final conv/SSM states,
-// every parameter-gradient tensor (each ParamEntry), the input gradient and
-// the initial-state gradients. Used by the GPU suites, the precision suite and
-// `mambacheck validate`.
+// quantisation is not kernel error). Compared: every tensor of
+// result_catalogue (catalogue.hpp: out, final conv/SSM states, every
+// parameter gradient, the input gradient and the initial-state gradients,
+// under their catalogue names). The f32 rule of the CLI and the model-level
+// suites adds Monte Carlo arithmetic runs to the baseline (ensemble.hpp);
+// compare_model here is the P-only rule of the bf16/f16 precision suite.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "check/catalogue.hpp"
 #include "check/compare.hpp"
 #include "core/config.hpp"
 #include "reference_cpu/model.hpp"
@@ -35,7 +38,12 @@ struct ModelInputs {
   std::vector<float> conv0;   // [L, B, di, dc]  initial conv state
   std::vector<float> ssm0;    // [L, B, di, ds]  initial SSM state
   std::vector<float> d_out;   // [B*T, dm]       upstream gradient
+  std::vector<float> d_conv_final;  // [L, B, di, dc] upstream gradient on the final conv state
+  std::vector<float> d_ssm_final;   // [L, B, di, ds] (both empty or all zero: none)
 };
+
+// The input tensor a catalogue entry of an input field refers to.
+const std::vector<float>& field(const ModelInputs& in, Field f);
 
 // The seeded problem of problem.hpp, quantised for `dtype` (see above).
 ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
@@ -57,6 +65,23 @@ template <class S>
 std::vector<S> cast_vec(const std::vector<float>& v) {
   return std::vector<S>(v.begin(), v.end());
 }
+
+// The result tensor a catalogue entry of an output field refers to.
+template <class S>
+const std::vector<S>& field(const ModelOutputs<S>& o, Field f) {
+  switch (f) {
+    case Field::ConvFinal: return o.conv_final;
+    case Field::SsmFinal: return o.ssm_final;
+    case Field::Grads: return o.grads;
+    case Field::DX: return o.dX;
+    case Field::DConv0: return o.d_conv0;
+    case Field::DSsm0: return o.d_ssm0;
+    default: return o.out;
+  }
+}
+
+// True when the problem puts a non-zero upstream gradient on a final state.
+bool has_final_state_grads(const ModelInputs& in);
 
 // The CPU oracle in scalar S with storage rounding `storage` (O: double + F32;
 // P: float + the GPU dtype; any scalar the oracle is instantiated for, e.g. the
@@ -82,6 +107,11 @@ ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward =
   o.ssm_final = state.ssm;
   if (!backward) return o;
   const std::vector<S> d_out = cast_vec<S>(in.d_out);
+  const std::vector<S> d_conv_T = cast_vec<S>(in.d_conv_final);
+  const std::vector<S> d_ssm_T = cast_vec<S>(in.d_ssm_final);
+  ref::FinalStateGrads<S> fin;
+  if (d_conv_T.size() == state.conv.size()) fin.conv = d_conv_T.data();
+  if (d_ssm_T.size() == state.ssm.size()) fin.ssm = d_ssm_T.data();
   o.grads.assign(size_t(lay.total), S(0));
   o.dX.assign(size_t(R * d.mid), S(0));
   o.d_conv0.assign(in.conv0.size(), S(0));
@@ -91,11 +121,12 @@ ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward =
   g.dX = o.dX.data();
   g.d_conv0 = o.d_conv0.data();
   g.d_ssm0 = o.d_ssm0.data();
-  ref::backbone_backward<S>(lay, params.data(), act, d_out.data(), g, st);
+  ref::backbone_backward<S>(lay, params.data(), act, d_out.data(), fin, g, st);
   return o;
 }
 
-// The GPU pipeline (dtype = in.dtype) with state gradients. With check_finite
+// The GPU pipeline (dtype = in.dtype) with state gradients and the problem's
+// final-state upstream gradients (Model::set_final_state_grads). With check_finite
 // every step's outputs are scanned and gpu::NonFiniteError names the first
 // NaN/Inf (step, tensor, index, overflow). gemm: the f32 GEMMs' tier, typed:
 // the bf16/f16 GEMMs' tier (gpu/model.hpp; defaults: strict f32, tensor cores).
@@ -124,13 +155,15 @@ struct Comparison {
   std::string report(bool failures_only = false) const;  // one line per tensor
 };
 
-// K vs O with baseline P, every tensor (names: out, layers.l.conv_final, ...,
-// grad.<ParamEntry name>, d_input, layers.l.d_conv0, layers.l.d_ssm0).
+// K vs O with baseline P, every tensor of result_catalogue (catalogue names:
+// out, layers.l.conv_final, ..., grad.<ParamEntry name>, grad.input,
+// grad.layers.l.conv0, grad.layers.l.ssm0).
 Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const ModelOutputs<float>& K, const ModelOutputs<double>& O,
                          const ModelOutputs<float>& P);
 
-// Convenience: O, P and K for one case.
+// Convenience: O, P and K for one case, P-only rule (the bf16/f16 rule; the
+// f32 rule of the CLI is ensemble.hpp's check_gpu_f32).
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan,
                                     gpu::GemmMath gemm = gpu::GemmMath::F32,

@@ -1,10 +1,12 @@
-// report_json.cpp — validation JSON encoding and the context block (see
-// report_json.hpp and reports/README.md for the schema).
+// report_json.cpp — validation JSON encoding, parsing and merging through
+// nlohmann-json, and the context block (see report_json.hpp and
+// reports/README.md for the schema).
 #include "check/report_json.hpp"
 
 #include <fcntl.h>
 #include <omp.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,27 +22,49 @@
 
 namespace mc::report {
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
+namespace {
+
+std::string dump_line(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Json parse_row(const std::string& row, const char* what) {
+  try {
+    Json j = Json::parse(row);
+    if (!j.is_object()) throw std::invalid_argument("not an object");
+    return j;
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string(what) + ": row is not a JSON object (" + e.what() +
+                                "): " + row.substr(0, 200));
   }
+}
+
+Json fields_to_json(const Fields& fields) {
+  Json o = Json::object();
+  for (const auto& [k, v] : fields) o[k] = parse_row("{\"v\": " + v + "}", "json_object")["v"];
   return o;
 }
 
-std::string json_string(const std::string& s) { return "\"" + json_escape(s) + "\""; }
+std::string dirname_of(const std::string& path) {
+  const size_t p = path.find_last_of('/');
+  if (p == std::string::npos) return ".";
+  if (p == 0) return "/";
+  return path.substr(0, p);
+}
+
+}  // namespace
+
+Json number(double x) {
+  if (!std::isfinite(x)) return x > 0 ? Json("inf") : (x < 0 ? Json("-inf") : Json("nan"));
+  return Json(x);
+}
+
+std::string json_escape(const std::string& s) {
+  const std::string q = dump_line(Json(s));
+  return q.substr(1, q.size() - 2);
+}
+
+std::string json_string(const std::string& s) { return dump_line(Json(s)); }
 
 std::string json_number(double x) {
   if (!std::isfinite(x)) return x > 0 ? "\"inf\"" : (x < 0 ? "\"-inf\"" : "\"nan\"");
@@ -53,107 +77,156 @@ std::string json_int(long long x) { return std::to_string(x); }
 
 std::string json_bool(bool b) { return b ? "true" : "false"; }
 
-std::string json_object(const Fields& fields) {
-  std::ostringstream os;
-  os << "{";
-  for (size_t i = 0; i < fields.size(); ++i)
-    os << (i ? ", " : "") << json_string(fields[i].first) << ": " << fields[i].second;
-  os << "}";
-  return os.str();
+std::string json_object(const Fields& fields) { return dump_line(fields_to_json(fields)); }
+
+Json context_object(const std::string& tool, bool with_gpu, const Json& extra, int device) {
+  Json f = Json::object();
+  f["tool"] = tool;
+  f["git_sha"] = build::kGitSha;
+  f["git_tree"] = build::kGitDirty;
+  f["build_flags"] = build::kBuildFlags;
+  f["omp_threads"] = omp_get_max_threads();
+  if (with_gpu) {
+    const gpu::DeviceInfo d = gpu::device_info(device);
+    f["gpu_index"] = d.index;
+    f["gpu_name"] = d.name;
+    f["gpu_cc"] = std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor);
+    f["gpu_sm_count"] = d.sm_count;
+    f["gpu_total_mem_bytes"] = d.total_mem_bytes;
+    f["cuda_driver"] = d.driver_version;
+    f["cuda_runtime"] = d.runtime_version;
+    f["cublas_version"] = d.cublas_version;
+  } else {
+    f["gpu_name"] = "none";
+    std::string reason;
+    if (!gpu::gpu_available(&reason)) f["gpu_unavailable_reason"] = reason;
+  }
+  for (const auto& [k, v] : extra.items()) f[k] = v;
+  return f;
 }
 
 std::string context_json(const std::string& tool, bool with_gpu, const Fields& extra, int device) {
-  Fields f = {{"tool", json_string(tool)},
-              {"git_sha", json_string(build::kGitSha)},
-              {"git_tree", json_string(build::kGitDirty)},
-              {"build_flags", json_string(build::kBuildFlags)},
-              {"omp_threads", json_int(omp_get_max_threads())}};
-  if (with_gpu) {
-    const gpu::DeviceInfo d = gpu::device_info(device);
-    f.push_back({"gpu_index", json_int(d.index)});
-    f.push_back({"gpu_name", json_string(d.name)});
-    f.push_back({"gpu_cc", json_string(std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor))});
-    f.push_back({"gpu_sm_count", json_int(d.sm_count)});
-    f.push_back({"gpu_total_mem_bytes", json_int(d.total_mem_bytes)});
-    f.push_back({"cuda_driver", json_int(d.driver_version)});
-    f.push_back({"cuda_runtime", json_int(d.runtime_version)});
-    f.push_back({"cublas_version", json_int(d.cublas_version)});
-  } else {
-    f.push_back({"gpu_name", json_string("none")});
-  }
-  f.insert(f.end(), extra.begin(), extra.end());
-  return json_object(f);
+  return dump_line(context_object(tool, with_gpu, fields_to_json(extra), device));
+}
+
+Json precision_row(const std::string& dtype, const std::string& shape, const check::KRuleResult& r,
+                   const Json& extra) {
+  Json f = Json::object();
+  f["dtype"] = dtype;
+  f["shape"] = shape;
+  f["tensor"] = r.tensor;
+  f["k"] = number(r.k);
+  f["k_limit"] = number(r.k_limit);
+  f["max_abs"] = number(r.kernel.max_abs);
+  f["max_rel"] = number(r.kernel.max_rel);
+  f["nmse"] = number(r.kernel.nmse);
+  f["max_ulp"] = number(r.kernel.max_ulp);
+  f["pass"] = r.pass;
+  f["atol"] = number(r.atol);
+  f["bound"] = number(r.bound);
+  f["headroom"] = number(r.headroom);
+  f["baseline_max_abs"] = number(r.baseline.max_abs);
+  for (const auto& [k, v] : extra.items()) f[k] = v;
+  return f;
 }
 
 std::string precision_row_json(const std::string& dtype, const std::string& shape,
                                const check::KRuleResult& r, const Fields& extra) {
-  Fields f = {{"dtype", json_string(dtype)},
-              {"shape", json_string(shape)},
-              {"tensor", json_string(r.tensor)},
-              {"k", json_number(r.k)},
-              {"k_limit", json_number(r.k_limit)},
-              {"max_abs", json_number(r.kernel.max_abs)},
-              {"max_rel", json_number(r.kernel.max_rel)},
-              {"nmse", json_number(r.kernel.nmse)},
-              {"max_ulp", json_number(r.kernel.max_ulp)},
-              {"pass", json_bool(r.pass)},
-              {"atol", json_number(r.atol)},
-              {"bound", json_number(r.bound)},
-              {"headroom", json_number(r.headroom)},
-              {"baseline_max_abs", json_number(r.baseline.max_abs)}};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return json_object(f);
+  return dump_line(precision_row(dtype, shape, r, fields_to_json(extra)));
+}
+
+Json validation_document(const Json& context,
+                         const std::vector<std::pair<std::string, Json>>& sections) {
+  Json doc = Json::object();
+  doc["schema"] = kValidationSchema;
+  doc["context"] = context;
+  for (const auto& [name, rows] : sections) doc[name] = rows;
+  return doc;
 }
 
 void write_validation_json(const std::string& path, const std::string& context,
                            const std::vector<std::pair<std::string, std::vector<std::string>>>& sections) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write validation JSON '" + path + "'");
-  out << "{\n  \"schema\": " << json_string(kValidationSchema) << ",\n  \"context\": " << context;
+  std::vector<std::pair<std::string, Json>> s;
   for (const auto& [name, rows] : sections) {
-    out << ",\n  " << json_string(name) << ": [";
-    for (size_t i = 0; i < rows.size(); ++i) out << (i ? ",\n    " : "\n    ") << rows[i];
-    out << (rows.empty() ? "]" : "\n  ]");
+    Json a = Json::array();
+    for (const std::string& r : rows) a.push_back(parse_row(r, "write_validation_json"));
+    s.emplace_back(name, std::move(a));
   }
-  out << "\n}\n";
-  out.flush();
-  if (!out) throw std::runtime_error("error while writing validation JSON '" + path + "'");
+  write_json_file(path, validation_document(parse_row(context, "write_validation_json"), s));
 }
 
 std::string with_id(const std::string& id, const std::string& row) {
-  if (row.empty() || row[0] != '{') throw std::invalid_argument("with_id: row is not an object");
-  return "{\"id\": " + json_string(id) + (row.size() > 2 ? ", " : "") + row.substr(1);
+  Json r = parse_row(row, "with_id");
+  Json o = Json::object();
+  o["id"] = id;
+  for (const auto& [k, v] : r.items())
+    if (k != "id") o[k] = v;
+  return dump_line(o);
+}
+
+Json read_json_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read '" + path + "': " + std::strerror(errno));
+  try {
+    return Json::parse(f);
+  } catch (const Json::parse_error& e) {
+    throw std::runtime_error("'" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+void check_output_file(const std::string& path) {
+  if (path.empty()) throw std::runtime_error("the output path is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw std::runtime_error("'" + path + "' is a folder, not a file");
+    if (!S_ISREG(st.st_mode))
+      throw std::runtime_error("'" + path + "' exists and is not a regular file (a device, pipe or "
+                               "socket); results are written through a temporary file and a rename");
+    if (::access(path.c_str(), W_OK) != 0)
+      throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+  }
+  const std::string dir = dirname_of(path);
+  struct stat ds {};
+  if (::stat(dir.c_str(), &ds) != 0)
+    throw std::runtime_error("cannot write '" + path + "': folder '" + dir + "': " +
+                             std::strerror(errno));
+  if (!S_ISDIR(ds.st_mode))
+    throw std::runtime_error("cannot write '" + path + "': '" + dir + "' is not a folder");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error("cannot write '" + path + "': folder '" + dir + "': " +
+                             std::strerror(errno));
+}
+
+void write_json_file(const std::string& path, const Json& doc) {
+  replace_file_atomically(path, doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
 }
 
 namespace {
 
-
 std::string writer_tag(const std::string& section) {
-  return "\"writer\": \"mambacheck report_json merge (" + section + ")\"";
+  return "mambacheck report_json merge (" + section + ")";
 }
 
-// The row lines of a file merge_validation_rows wrote, in file order.
-std::vector<std::string> existing_rows(const std::string& path, const std::string& section) {
-  std::vector<std::string> rows;
+// The rows of a file merge_validation_rows wrote, in file order.
+Json existing_rows(const std::string& path, const std::string& section) {
   std::ifstream f(path);
-  if (!f) return rows;  // absent: a new file
+  if (!f) return Json::array();  // absent: a new file
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return rows;
-  if (text.find(writer_tag(section)) == std::string::npos)
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return Json::array();
+  Json doc;
+  try {
+    doc = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw std::runtime_error("refusing to rewrite '" + path + "': it is not valid JSON (" +
+                             e.what() + "); use a new file");
+  }
+  if (!doc.is_object() || !doc.contains("writer") || doc["writer"] != writer_tag(section))
     throw std::runtime_error("refusing to rewrite '" + path + "': it was not written by the '" +
                              section + "' row merger (no writer tag); use a new file");
-  std::istringstream is(text);
-  const std::string prefix = "{\"id\": \"";
-  for (std::string line; std::getline(is, line);) {
-    const size_t p = line.find_first_not_of(' ');
-    if (p == std::string::npos || line.compare(p, prefix.size(), prefix) != 0) continue;
-    std::string row = line.substr(p);
-    while (!row.empty() && (row.back() == ',' || row.back() == ' ' || row.back() == '\r')) row.pop_back();
-    rows.push_back(row);
-  }
-  return rows;
+  if (!doc.contains(section) || !doc[section].is_array()) return Json::array();
+  return doc[section];
 }
 
 }  // namespace
@@ -162,17 +235,18 @@ void merge_validation_rows(const std::string& path, const std::string& context,
                            const std::string& section, const std::string& owner,
                            const std::vector<std::string>& rows) {
   FileLock lock(path + ".lock");
-  const std::string owned = "{\"id\": \"" + json_escape(owner);  // ids starting with owner
-  std::vector<std::string> all;
-  for (std::string& r : existing_rows(path, section))
-    if (r.compare(0, owned.size(), owned) != 0) all.push_back(std::move(r));
-  all.insert(all.end(), rows.begin(), rows.end());
-  std::ostringstream os;
-  os << "{\n  \"schema\": " << json_string(kValidationSchema) << ",\n  " << writer_tag(section)
-     << ",\n  \"context\": " << context << ",\n  " << json_string(section) << ": [\n";
-  for (size_t i = 0; i < all.size(); ++i) os << "    " << all[i] << (i + 1 < all.size() ? "," : "") << "\n";
-  os << "  ]\n}\n";
-  replace_file_atomically(path, os.str());
+  Json all = Json::array();
+  for (const Json& r : existing_rows(path, section)) {
+    const std::string id = r.contains("id") && r["id"].is_string() ? r["id"].get<std::string>() : "";
+    if (id.compare(0, owner.size(), owner) != 0) all.push_back(r);
+  }
+  for (const std::string& r : rows) all.push_back(parse_row(r, "merge_validation_rows"));
+  Json doc = Json::object();
+  doc["schema"] = kValidationSchema;
+  doc["writer"] = writer_tag(section);
+  doc["context"] = parse_row(context, "merge_validation_rows");
+  doc[section] = std::move(all);
+  write_json_file(path, doc);
 }
 
 FileLock::FileLock(const std::string& path) {
@@ -190,12 +264,23 @@ FileLock::FileLock(const std::string& path) {
 FileLock::~FileLock() { close(fd_); }
 
 void replace_file_atomically(const std::string& path, const std::string& text) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::runtime_error("cannot write '" + path + "': it exists and is not a regular file");
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
+    errno = 0;
     std::ofstream out(tmp);
+    if (!out)
+      throw std::runtime_error("cannot write '" + tmp + "': " +
+                               (errno ? std::strerror(errno) : "open failed"));
     out << text;
     out.flush();
-    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
+    if (!out) {
+      const int e = errno;
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write '" + tmp + "': " + (e ? std::strerror(e) : "write failed"));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;

@@ -1,19 +1,24 @@
-// commands.hpp — the mambacheck subcommands (one file each) and their help.
+// commands.hpp — the mambacheck subcommands (one file each): each adds its
+// CLI11 subcommand with its options to the root app and returns the function
+// that runs it once the command line is parsed.
 #pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
 
 namespace mc::cli {
 
-int cmd_validate(int argc, char** argv);  // cmd_validate.cpp
-int cmd_dump(int argc, char** argv);      // cmd_dump.cpp
-int cmd_configs(int argc, char** argv);   // cmd_info.cpp
-int cmd_devices(int argc, char** argv);   // cmd_info.cpp
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
 
-extern const char* const kValidateHelp;
-extern const char* const kDumpHelp;
-extern const char* const kConfigsHelp;
-extern const char* const kDevicesHelp;
-
-// True when argv[first..] asks for help (-h / --help).
-bool wants_help(int argc, char** argv, int first);
+Command add_validate(CLI::App& root);  // cmd_validate.cpp
+Command add_dump(CLI::App& root);      // cmd_dump.cpp
+Command add_configs(CLI::App& root);   // cmd_info.cpp
+Command add_devices(CLI::App& root);   // cmd_info.cpp
 
 }  // namespace mc::cli

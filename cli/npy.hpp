@@ -1,6 +1,5 @@
 // npy.hpp — minimal writer of NumPy .npy files (format version 1.0,
-// little-endian, C order) so that dumps load with numpy.load, plus the shape
-// list of manifest.json.
+// little-endian, C order) so that dumps load with numpy.load.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +9,8 @@
 namespace mc::io {
 
 // Write data (row-major, shape) as '<f4' or '<f8'. Throws std::runtime_error
-// naming the path on any I/O failure.
+// naming the path and the OS reason (strerror) on any I/O failure.
 void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const double* data, const std::vector<int64_t>& shape);
-
-std::string json_shape(const std::vector<int64_t>& shape);  // "[2, 3]"
 
 }  // namespace mc::io

@@ -1,5 +1,6 @@
 // backward.cpp — the backbone backward (spec §4.1: norm_f, B0–B8 per layer in
-// reverse, input_proj) with optional initial-state gradients and d_input, one
+// reverse, input_proj) with optional initial-state gradients, optional upstream
+// gradients on the final states (Model::set_final_state_grads) and d_input, one
 // implementation over the storage type T. Parameter gradients accumulate into
 // the f32 arena (zeroed at the start); every reduction is fixed-order (GEMMs
 // with beta = 1, reduce_sum_axis0 / column_sum), no atomics.
@@ -75,6 +76,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   // B3 scan BPTT; dB, dC summed over d in f32 and rounded once, straight into
   // xdbl's gradient columns; dD, dA_log accumulate into the arena
   float* dh0 = opt_.state_grads ? ssm_state(l, d_ssm0_.get()) : nullptr;
+  const float* dh_final = have_final_grads_ ? ssm_state(l, d_ssm_T_.get()) : nullptr;
   kern::scan::BwdParams<T> sp;
   sp.shape = scan_shape_;
   sp.route = route_;
@@ -98,6 +100,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   }
   sp.dD = g(off.d_param);
   sp.dA_log = g(off.a_log);
+  sp.dh_final = dh_final;
   sp.dh0 = dh0;
   sp.workspace = scan_scratch_.get();
   sp.workspace_bytes = scan_scratch_.bytes();
@@ -148,6 +151,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   cp.dw = g(off.conv_w);
   cp.dbias = g(off.conv_b);
   cp.d_state0 = opt_.state_grads ? conv_state(l, d_conv0_.get()) : nullptr;
+  cp.d_state_T = have_final_grads_ ? conv_state(l, d_conv_T_.get()) : nullptr;
   cp.scratch = reduce_scratch_.get();
   kern::conv1d_silu_bwd<T>(cp, s);
   fc_.check("B6 conv1d_silu", l, "d_in_proj_out", dP, R * 2 * di);  // [dxb | dz]

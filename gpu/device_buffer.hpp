@@ -14,14 +14,19 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/model.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace mc::gpu {
 
-class DeviceOutOfMemory : public CudaError {
+// Also an OutOfDeviceMemory (model.hpp), so callers without CUDA headers can
+// tell "does not fit" from a failing kernel.
+class DeviceOutOfMemory : public CudaError, public OutOfDeviceMemory {
  public:
   DeviceOutOfMemory(const std::string& msg, size_t bytes_requested)
-      : CudaError(msg, cudaErrorMemoryAllocation), bytes_requested(bytes_requested) {}
+      : CudaError(msg, cudaErrorMemoryAllocation),
+        OutOfDeviceMemory(int64_t(bytes_requested)),
+        bytes_requested(bytes_requested) {}
   size_t bytes_requested;
 };
 

@@ -90,6 +90,20 @@ void Model::set_state(const std::vector<float>& conv, const std::vector<float>& 
   impl_->pipe->set_state(conv.data(), ssm.data());
 }
 
+void Model::set_final_state_grads(const std::vector<float>& d_conv,
+                                  const std::vector<float>& d_ssm) {
+  const Dims& d = impl_->dims;
+  require_size("d_conv_final", d_conv, d.L * impl_->B * d.di * d.dc, "n_layers*B*d_inner*d_conv");
+  require_size("d_ssm_final", d_ssm, d.L * impl_->B * d.di * d.ds, "n_layers*B*d_inner*d_state");
+  impl_->ctx.activate();
+  impl_->pipe->set_final_state_grads(d_conv.data(), d_ssm.data());
+}
+
+void Model::clear_final_state_grads() {
+  impl_->ctx.activate();
+  impl_->pipe->set_final_state_grads(nullptr, nullptr);
+}
+
 void Model::reset_state() {
   impl_->ctx.activate();
   impl_->pipe->reset_state();

@@ -23,6 +23,17 @@ class GpuUnavailable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A second base of the exception a Model constructor (or an allocation) throws
+// when the device memory does not suffice; catch it as `const
+// OutOfDeviceMemory&` and use what() of the std::exception it comes with
+// (dynamic_cast) for the message: bytes needed, free and total.
+class OutOfDeviceMemory {
+ public:
+  explicit OutOfDeviceMemory(int64_t bytes) : bytes_needed(bytes) {}
+  virtual ~OutOfDeviceMemory() = default;
+  int64_t bytes_needed;
+};
+
 // True when a CUDA device can be used. Otherwise *reason (if non-null) says
 // why, e.g. "no CUDA device: cudaErrorNoDevice (no CUDA-capable device is
 // detected)" or "built without CUDA". Cached; safe to call anywhere.
@@ -146,6 +157,13 @@ class Model {
   void set_state(const std::vector<float>& conv, const std::vector<float>& ssm);
   void reset_state();
   void get_state(std::vector<float>& conv, std::vector<float>& ssm) const;
+  // Upstream gradients w.r.t. the FINAL recurrent states (the ones forward
+  // writes back): d_conv [L, B, di, dc], d_ssm [L, B, di, ds] (f32), used by
+  // every following backward until cleared; without them they are zero (the
+  // loss sees the output alone). The scan takes d_ssm as its dh_final, the
+  // conv backward adds d_conv where the final window came from.
+  void set_final_state_grads(const std::vector<float>& d_conv, const std::vector<float>& d_ssm);
+  void clear_final_state_grads();
 
   // Training forward: X [B*T, mid] -> out [B*T, dm]; saves activations;
   // carries the recurrent state (read as initial, written as final).

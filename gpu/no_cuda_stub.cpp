@@ -35,6 +35,10 @@ ScanExp Model::scan_exp() const { unavailable(); }
 void Model::set_params(const std::vector<float>&) { unavailable(); }
 void Model::set_state(const std::vector<float>&, const std::vector<float>&) { unavailable(); }
 void Model::reset_state() { unavailable(); }
+void Model::set_final_state_grads(const std::vector<float>&, const std::vector<float>&) {
+  unavailable();
+}
+void Model::clear_final_state_grads() { unavailable(); }
 void Model::get_state(std::vector<float>&, std::vector<float>&) const { unavailable(); }
 void Model::forward(const std::vector<float>&, std::vector<float>&) { unavailable(); }
 void Model::backward(const std::vector<float>&, std::vector<float>&, std::vector<float>*,

@@ -152,6 +152,24 @@ void Pipeline<T>::get_state(float* conv, float* ssm) {
 }
 
 template <class T>
+void Pipeline<T>::set_final_state_grads(const float* d_conv, const float* d_ssm) {
+  if (!d_conv || !d_ssm) {
+    have_final_grads_ = false;
+    return;
+  }
+  const size_t nc = conv_state_.size(), ns = ssm_state_.size();
+  if (d_conv_T_.empty()) {
+    d_conv_T_.allocate(nc, "d_conv_final");
+    d_ssm_T_.allocate(ns, "d_ssm_final");
+    bytes_ += int64_t(d_conv_T_.bytes() + d_ssm_T_.bytes());
+  }
+  d_conv_T_.upload(d_conv, nc, stream());
+  d_ssm_T_.upload(d_ssm, ns, stream());
+  MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "set_final_state_grads");
+  have_final_grads_ = true;
+}
+
+template <class T>
 void Pipeline<T>::upload_input(const float* X) {
   x_.upload(X, x_.size(), stream());
 }

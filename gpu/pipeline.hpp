@@ -67,6 +67,9 @@ class PipelineBase {
   virtual void set_state(const float* conv, const float* ssm) = 0;
   virtual void reset_state() = 0;
   virtual void get_state(float* conv, float* ssm) = 0;
+  // Upstream gradients on the final states for the next backwards ([L, B, di,
+  // dc] and [L, B, di, ds]); both nullptr = none (zero).
+  virtual void set_final_state_grads(const float* d_conv, const float* d_ssm) = 0;
   virtual void upload_input(const float* X) = 0;                // [R, mid]
   virtual void upload_d_out(const float* d_out) = 0;            // [R, dm]
   virtual void forward() = 0;                                   // enqueue only
@@ -122,6 +125,7 @@ class Pipeline final : public PipelineBase {
   void set_state(const float* conv, const float* ssm) override;
   void reset_state() override;
   void get_state(float* conv, float* ssm) override;
+  void set_final_state_grads(const float* d_conv, const float* d_ssm) override;
   void upload_input(const float* X) override;
   void upload_d_out(const float* d_out) override;
   void forward() override;
@@ -177,12 +181,14 @@ class Pipeline final : public PipelineBase {
   bool have_params_ = false;
   bool have_forward_ = false;
   bool have_d_input_ = false;
+  bool have_final_grads_ = false;  // d_conv_T_ / d_ssm_T_ hold upstream final-state gradients
 
   // parameters
   DeviceBuffer<float> params_, grads_, a_neg_;
   DeviceBuffer<T> wtyped_;
   // recurrent state
   DeviceBuffer<float> conv_state_, ssm_state_, d_conv0_, d_ssm0_;
+  DeviceBuffer<float> d_conv_T_, d_ssm_T_;  // allocated by the first set_final_state_grads
   // input / output
   DeviceBuffer<float> x_, d_out_, out_, d_input_;
   DeviceBuffer<T> x_typed_, out_typed_;

@@ -166,7 +166,8 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
                                        const float* __restrict__ w, int64_t B, int64_t T_len,
                                        int64_t di, int dc, int64_t n_chunks, T* __restrict__ dxb,
                                        int64_t ld_dx, float* __restrict__ pw,
-                                       float* __restrict__ pb, float* __restrict__ d_state0) {
+                                       float* __restrict__ pb, float* __restrict__ d_state0,
+                                       const float* __restrict__ d_state_T) {
   const int64_t n = B * n_chunks * di;
   const int pad = kDC - dc;
   for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
@@ -174,6 +175,7 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
     const int64_t t0 = c.chunk * kConvChunk;
     const int64_t t1 = t0 + kConvChunk < T_len ? t0 + kConvChunk : T_len;
     const float* wd = w + c.d * dc;
+    const float* dsT = d_state_T ? d_state_T + (c.b * di + c.d) * dc : nullptr;
     float wr[kDC], dw[kDC], gn[kDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
 #pragma unroll
     for (int r = 0; r < kDC; ++r) {
@@ -191,7 +193,10 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
 #pragma unroll
       for (int j = kDC - 1; j >= 1; --j)
         if (j < dc) carry += gn[j - 1] * wr[kDC - 1 - j];
-      dxb[row * ld_dx + c.d] = dev::from_f32<T>(g * wr[kDC - 1] + carry);
+      float v = g * wr[kDC - 1] + carry;
+      // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
+      if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
+      dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
       if (sv.windows) {
         const float* wt = sv.windows + (row * di + c.d) * dc;
 #pragma unroll
@@ -221,6 +226,8 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
 #pragma unroll
         for (int t = 0; t < kDC - 1; ++t)
           if (t < j) acc += gn[t] * wd[j - 1 - t];
+        // slots j >= T of S0 are still in the final window, at position j - T
+        if (dsT && j >= T_len) acc += dsT[j - T_len];
         ds[j] = acc;
       }
     }
@@ -314,7 +321,8 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
   conv1d_silu_bwd_kernel<T><<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
-      p.du, sv, p.w, p.B, p.seq_len, di, int(dc), n_chunks, p.dxb, ld_dx, pw, pb, p.d_state0);
+      p.du, sv, p.w, p.B, p.seq_len, di, int(dc), n_chunks, p.dxb, ld_dx, pw, pb, p.d_state0,
+      p.d_state_T);
   MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
   reduce_sum_axis0(pw, rows, di * dc, p.dw, /*accumulate=*/true, reduce_scratch, stream);
   reduce_sum_axis0(pb, rows, di, p.dbias, /*accumulate=*/true, reduce_scratch, stream);
@@ -323,7 +331,8 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
 template <class T>
 void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float* w, int64_t B,
                      int64_t seq_len, int64_t di, int64_t dc, T* dxb, float* dw, float* dbias,
-                     float* d_state0, float* scratch, cudaStream_t stream) {
+                     float* d_state0, float* scratch, cudaStream_t stream,
+                     const float* d_state_T) {
   const char* k = "conv1d_silu_bwd";
   require_ptr(k, "pc", pc);
   require_ptr(k, "windows", windows);
@@ -340,6 +349,7 @@ void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float
   p.dw = dw;
   p.dbias = dbias;
   p.d_state0 = d_state0;
+  p.d_state_T = d_state_T;
   p.scratch = scratch;
   conv1d_silu_bwd<T>(p, stream);
 }
@@ -351,7 +361,7 @@ void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float
                                    int64_t, int64_t, float*, float*, T*, T*, cudaStream_t);    \
   template void conv1d_silu_bwd<T>(const T*, const T*, const float*, const float*, int64_t,    \
                                    int64_t, int64_t, int64_t, T*, float*, float*, float*,      \
-                                   float*, cudaStream_t);
+                                   float*, cudaStream_t, const float*);
 MC_INSTANTIATE_CONV(float)
 MC_INSTANTIATE_CONV(__nv_bfloat16)
 MC_INSTANTIATE_CONV(__half)

@@ -66,11 +66,16 @@ size_t conv1d_silu_bwd_scratch_floats(int64_t B, int64_t seq_len, int64_t di, in
 //      d_state0 [B, di, dc] f32 (=, nullptr = skipped): gradient w.r.t. S0;
 //        slot 0 is never read by the forward, so d_state0[..., 0] = 0 and
 //        d_state0[..., j] = Σ_{t=0}^{j−1} g_t·w[d, j−1−t] (the carry left after t = 0).
+// d_state_T [B, di, dc] f32 (nullptr = 0): upstream gradient w.r.t. the FINAL
+//   state (the window of t = T−1, S_T[k] = xb[T−dc+k], or S0[T+k] where that
+//   index is < 0): it adds d_state_T[t−T+dc] to dxb_t for t >= T−dc (in f32,
+//   before the one rounding to T), and d_state_T[j−T] to d_state0[j] for j >= T.
 // scratch: conv1d_silu_bwd_scratch_floats(B, T, di, dc) floats.
 template <class T>
 void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float* w, int64_t B,
                      int64_t seq_len, int64_t di, int64_t dc, T* dxb, float* dw, float* dbias,
-                     float* d_state0, float* scratch, cudaStream_t stream);
+                     float* d_state0, float* scratch, cudaStream_t stream,
+                     const float* d_state_T = nullptr);
 
 // The same with every option: without the saved windows and pc (both null) the
 // backward rebuilds them from the forward's input rows xb (row stride ld_x) and
@@ -93,6 +98,7 @@ struct ConvBwdParams {
   float* dw = nullptr;              // [di, dc] (+=)
   float* dbias = nullptr;           // [di] (+=)
   float* d_state0 = nullptr;        // [B, di, dc] (=) or null
+  const float* d_state_T = nullptr; // [B, di, dc] upstream gradient of the final state, or null (0)
   float* scratch = nullptr;         // conv1d_silu_bwd_scratch_floats(B, T, di, dc)
 };
 template <class T>

@@ -383,9 +383,12 @@ void conv1d_silu_fwd(const S* xb, const S* w, const S* bias, int64_t B, int64_t 
 // So the final-state gradient enters as the initial carry: slot dc-1-k of the
 // final window is input T-1-k, carry[k] = d_state_T[dc-1-k] (k < dc-1) — the
 // same numbers, in the same order, as if the next segment had been part of
-// this backward. Slot 0 (input T-dc, or S0[T] when T < dc) is added where it
-// belongs. After t = 0, carry[k] is the gradient of the virtual input
-// xb[-1-k] = S0[dc-1-k]; S0[0] is never read (gradient 0).
+// this backward. Slot 0 (input T-dc, or S0[T] when T < dc) is one carry beyond
+// the dc-1 the recurrence needs: it joins carry[dc-2] at the first step
+// (carry[dc-2] = d_state_T[0] + g_{T-1}·w[0]), exactly where a one-step next
+// segment would have put it, so any split of a sequence gives the same bits.
+// After t = 0, carry[k] is the gradient of the virtual input xb[-1-k] =
+// S0[dc-1-k]; S0[0] is never read (gradient 0).
 // dw/dbias: per sample Σ_t (t descending, from 0), then Σ_b (b ascending, from 0), then added.
 template <class S>
 void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S* w,
@@ -407,7 +410,8 @@ void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S
         part_w[k] = S(0);
         carry[k] = (dsT && k + 1 < dc) ? dsT[dc - 1 - k] : S(0);
       }
-      const bool slot0 = dsT && dsT[0] != S(0);
+      // slot 0 of the final window, pending until the first step moves it in
+      bool slot0 = dsT && dsT[0] != S(0);
       for (int64_t t = T - 1; t >= 0; --t) {
         const int64_t idx = (b * T + t) * di + d;
         const S g = du[idx] * silu_prime(pc[idx]);
@@ -415,16 +419,16 @@ void conv1d_silu_bwd_chained(const S* du, const S* pc, const S* windows, const S
         for (int64_t k = 0; k < dc; ++k) part_w[k] += g * windows[idx * dc + k];
         S v = g * wd[dc - 1];
         if (dc > 1) v += carry[0];
-        if (slot0 && t == T - dc) v += dsT[0];
+        if (slot0 && dc == 1) v += dsT[0];  // d_conv 1: the window is the current input
         dxb[idx] = v;
         for (int64_t k = 0; k + 2 < dc; ++k) carry[k] = carry[k + 1] + g * wd[dc - 2 - k];
-        if (dc > 1) carry[dc - 2] = g * wd[0];
+        if (dc > 1) carry[dc - 2] = slot0 ? dsT[0] + g * wd[0] : g * wd[0];
+        slot0 = false;
       }
       if (d_state0) {
         S* g0 = d_state0 + (b * di + d) * dc;
         g0[0] = S(0);
         for (int64_t k = 0; k + 1 < dc; ++k) g0[dc - 1 - k] = carry[k];
-        if (slot0 && T < dc) g0[T] += dsT[0];
       }
       for (int64_t k = 0; k < dc; ++k) acc_w[k] += part_w[k];
       acc_b += part_b;

@@ -291,8 +291,10 @@ ORACLE_REQUIRED = ["config", "check", "rel_error", "rel_tol", "pass"]
 DET_REQUIRED = ["test", "dtype", "scan", "runs", "hash", "identical", "first_diff_index", "ulp"]
 
 
-def load_validation(paths):
-    """-> (contexts, precision_rows or None, determinism_rows or None, oracle_rows or None)."""
+def load_validation(paths, checks=None):
+    """-> (contexts, precision_rows or None, determinism_rows or None, oracle_rows or None).
+    `checks` (a list), when given, receives the rows of the optional 'checks' section
+    (`mambacheck validate`: one row per check with its status and detail)."""
     contexts, prec, det, oracle = [], None, None, None
     for path in paths:
         data = load_json(path)
@@ -322,6 +324,13 @@ def load_validation(paths):
                     fixed["expected_identical"] = truth(r["expected_identical"], path,
                                                         f"determinism[{i}].expected_identical")
                 det.append(dict(r, file=os.path.basename(path), **fixed))
+        if "checks" in data and checks is not None:
+            if not isinstance(data["checks"], list):
+                raise InputError(f"{path}: 'checks' is not an array")
+            for i, r in enumerate(data["checks"]):
+                for f in ("config", "check", "status"):
+                    require(r, f, path, f"checks[{i}]")
+                checks.append(dict(r, file=os.path.basename(path)))
         if "oracle_checks" in data:
             oracle = oracle or []
             for i, r in enumerate(data["oracle_checks"]):
@@ -468,10 +477,39 @@ def plot_k(plt, rows, path):
 NOT_MEASURED = "**not measured** — {why}"
 
 
-def performance_md(bench_paths, contexts, scan, step, other, plots):
+def gpu_absence(contexts):
+    """Why there are no GPU results, from the validation contexts: "no usable GPU on this
+    machine (<reason>)" when no input ran on a GPU and one recorded the reason, "GPU checks
+    were not requested (...)" when they were switched off; None otherwise."""
+    if not contexts or any(str(c.get("gpu_name", "none")) != "none" for _, c in contexts):
+        return None
+    for _, c in contexts:
+        if c.get("gpu_unavailable_reason"):
+            return f"no usable GPU on this machine ({c['gpu_unavailable_reason']})."
+    for _, c in contexts:
+        g = str(c.get("gpu_checks", ""))
+        if g.startswith("not requested"):
+            return f"GPU checks were {g}."
+    return None
+
+
+def not_run_section(checks):
+    """Requested checks that did not run (with the reason), from the 'checks' rows."""
+    rows = [r for r in checks or [] if r.get("status") == "not_run"]
+    if not rows:
+        return []
+    out = ["## Checks that did not run", ""]
+    out.append(md_table(["config", "check", "reason"],
+                        [(r["config"], r["check"], r.get("detail", "")) for r in rows]))
+    out.append("")
+    return out
+
+
+def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts=None):
     out = ["# Performance", ""]
     if not bench_paths:
-        out += [NOT_MEASURED.format(why="no benchmark JSON was given (--bench)."), ""]
+        why = gpu_absence(val_contexts) or "no benchmark JSON was given (--bench)."
+        out += [NOT_MEASURED.format(why=why), ""]
         return "\n".join(out) + "\n"
     out.append("Inputs: " + ", ".join(f"`{os.path.basename(p)}`" for p in bench_paths))
     out.append("")
@@ -661,12 +699,15 @@ def oracle_section(oracle):
     return out
 
 
-def precision_md(val_paths, contexts, prec, plots, oracle=None):
+def precision_md(val_paths, contexts, prec, plots, oracle=None, checks=None):
     out = ["# Precision", ""]
-    if val_paths and prec is None and oracle:
-        out += [NOT_MEASURED.format(why="the validation JSON has no 'precision' section "
-                                        "(GPU comparisons)."), ""]
+    if val_paths and not prec and (oracle or gpu_absence(contexts)):
+        why = gpu_absence(contexts) or ("the validation JSON has no 'precision' section "
+                                        "(GPU comparisons).")
+        out += [NOT_MEASURED.format(why="GPU comparisons: " + why), ""]
         out += oracle_section(oracle)
+        out += not_run_section(checks)
+        out.append(context_section(contexts))
         return "\n".join(out) + "\n"
     if not val_paths or prec is None:
         why = ("no validation JSON was given (--validation)." if not val_paths
@@ -680,6 +721,7 @@ def precision_md(val_paths, contexts, prec, plots, oracle=None):
     out.append("")
     out.append(context_section(contexts))
     out += oracle_section(oracle)
+    out += not_run_section(checks)
     if not prec:
         out += [NOT_MEASURED.format(why="the 'precision' section is empty."), ""]
         return "\n".join(out) + "\n"
@@ -745,6 +787,12 @@ def determinism_md(val_paths, contexts, det):
     if not det:
         out += [NOT_MEASURED.format(why="the 'determinism' section is empty."), ""]
         return "\n".join(out) + "\n"
+    cpu_rows = [r for r in det if str(r["test"]).startswith("cpu_")]
+    if len(cpu_rows) == len(det) and gpu_absence(contexts):
+        out += [NOT_MEASURED.format(why="GPU determinism: " + gpu_absence(contexts)), ""]
+        out.append("The rows below are the CPU oracle's OpenMP thread-count invariance "
+                   "(`mambacheck validate`).")
+        out.append("")
 
     def required(r):
         return r.get("required", True) is not False
@@ -770,7 +818,8 @@ def determinism_md(val_paths, contexts, det):
     out.append("")
     rows = []
     for r in det:
-        rows.append((r["test"], r["dtype"], r["scan"], r["runs"], f"`{r['hash']}`",
+        test = f"{r['test']} ({r['config']})" if r.get("config") else r["test"]
+        rows.append((test, r["dtype"], r["scan"], r["runs"], f"`{r['hash']}`",
                      "yes" if r["identical"] else "NO",
                      "yes" if r.get("expected_identical", True) else "no (negative control)",
                      r["first_diff_index"] if not r["identical"] else "—",
@@ -794,7 +843,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     try:
         b_ctx, scan, step, other = load_bench(a.bench)
-        v_ctx, prec, det, oracle = load_validation(a.validation)
+        checks = []
+        v_ctx, prec, det, oracle = load_validation(a.validation, checks)
     except InputError as e:
         print(f"generate.py: error: {e}", file=sys.stderr)
         return 2
@@ -809,8 +859,8 @@ def main(argv=None):
         plots["steps"] = plot_steps(plt, step, os.path.join(a.out, "perf_train_step.png"))
         plots["k"] = plot_k(plt, prec or [], os.path.join(a.out, "precision_k.png"))
     reports = {
-        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots),
-        "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle),
+        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots, v_ctx),
+        "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle, checks),
         "determinism.md": determinism_md(a.validation, v_ctx, det),
     }
     if plt is None:

@@ -6,7 +6,8 @@ numbers are invented to exercise the generator and are not results of
 anything. Checks: the three reports and the plots are written; values, failed
 verifications, skipped cases, precision failures and unexpected determinism
 rows are shown; per-device shard files merge; missing inputs give "not
-measured"; invalid inputs stop with an error naming the file and field.
+measured", with "no usable GPU on this machine (<reason>)" where that is the
+cause; invalid inputs stop with an error naming the file and field.
 """
 
 import json
@@ -301,6 +302,48 @@ class GenerateTest(unittest.TestCase):
         perf = self.read("performance.md")
         self.assertIn("no bench_scan rows", perf)
         self.assertNotIn("no bench_train_step rows", perf)
+
+    def test_no_gpu_says_why_and_shows_cpu_thread_invariance(self):
+        # as `mambacheck validate` writes it on a machine without a usable GPU
+        doc = {
+            "schema": "mambacheck-validation/1",
+            "context": {"tool": "mambacheck validate", "gpu_name": "none",
+                        "gpu_unavailable_reason": "fixture: no CUDA device",
+                        "gpu_checks": "not run: no usable GPU (fixture: no CUDA device)"},
+            "checks": [{"config": "tiny", "check": "gradcheck backbone", "status": "pass"},
+                       {"config": "big", "check": "cpu checks", "status": "not_run",
+                        "detail": "not run: fixture needs 9 TiB of host memory"}],
+            "oracle_checks": [{"config": "tiny", "check": "gradcheck backbone",
+                               "rel_error": 1e-11, "rel_tol": 1e-7, "pass": True}],
+            "precision": [],
+            "determinism": [{"id": "cpu_thread_invariance|tiny", "test": "cpu_thread_invariance",
+                             "dtype": "f64", "scan": "cpu oracle", "runs": 3,
+                             "hash": "0x00000000000000aa", "identical": True,
+                             "first_diff_index": -1, "ulp": 0, "config": "tiny",
+                             "note": "fixture"}],
+        }
+        r = self.run_gen("--validation", self.write("v.json", doc))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        why = "not measured** — {}no usable GPU on this machine (fixture: no CUDA device)"
+        self.assertIn(why.format(""), self.read("performance.md"))
+        self.assertNotIn("no benchmark JSON was given", self.read("performance.md"))
+        prec = self.read("precision.md")
+        self.assertIn(why.format("GPU comparisons: "), prec)
+        self.assertIn("1 of 1 pass", prec)  # the oracle self-checks are still shown
+        self.assertIn("fixture needs 9 TiB of host memory", prec)  # and what did not run
+        det = self.read("determinism.md")
+        self.assertIn(why.format("GPU determinism: "), det)
+        self.assertIn("cpu_thread_invariance (tiny)", det)
+        self.assertIn("0x00000000000000aa", det)
+
+    def test_cpu_only_run_says_not_requested(self):
+        doc = {"schema": "mambacheck-validation/1",
+               "context": {"gpu_name": "none", "gpu_checks": "not requested (--cpu-only)"},
+               "oracle_checks": [{"config": "tiny", "check": "gradcheck backbone",
+                                  "rel_error": 1e-11, "rel_tol": 1e-7, "pass": True}]}
+        r = self.run_gen("--validation", self.write("v.json", doc))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GPU checks were not requested (--cpu-only)", self.read("precision.md"))
 
     def test_invalid_json_is_an_error_naming_the_file(self):
         bad = self.write("broken.json", "{ not json")

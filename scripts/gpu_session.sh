@@ -10,7 +10,7 @@
 #   info      nvidia-smi, `mambacheck devices`
 #   tests     ctest -L gpu (JUnit XML + log)
 #   sanitize  scripts/sanitize.sh (memcheck, racecheck, initcheck on a reduced suite)
-#   validate  mambacheck validate --dtype all --scan both --json validation.json
+#   validate  mambacheck validate --gpu-only --dtype all --scan all --json validation.json
 #   bench     bench_scan --sweep -> bench_scan.json; bench_train_step -> bench_train_step.json
 #   quickbench bench_scan (default small set) -> bench_scan_quick.json
 #   multigpu  ctest -L gpu spread over all GPUs (CTest resource spec) and the cross-GPU
@@ -108,7 +108,7 @@ for p in "${phases[@]}"; do
     sanitize)
       run_phase sanitize env SANITIZE_LOG_DIR="$out/logs/sanitize" "$root/scripts/sanitize.sh" "$build" ;;
     validate)
-      run_phase validate "$build/cli/mambacheck" validate --gpu-only --dtype all --scan both --json "$out/validation.json" ;;
+      run_phase validate "$build/cli/mambacheck" validate --gpu-only --dtype all --scan all --json "$out/validation.json" ;;
     bench)
       run_phase bench_scan "$build/bench/bench_scan" --sweep --json="$out/bench_scan.json"
       run_phase bench_train_step "$build/bench/bench_train_step" --json="$out/bench_train_step.json" ;;

@@ -13,11 +13,17 @@ build="${BUILD_DIR:-$root/build}"
 out="${REPORT_DIR:-$root/reports/out}"
 mkdir -p "$out"
 status=0
-"$build/cli/mambacheck" validate --dtype all --json "$out/validation.json" | tee "$out/validate.txt" ||
-  status=1
+gpu=0
+"$build/cli/mambacheck" devices >/dev/null 2>&1 && gpu=1
+# With a GPU every dtype and scan route is requested (exit 3 if they cannot run); without
+# one, validate runs the CPU checks and records why the GPU checks did not run.
+gpu_args=(); [ $gpu -eq 1 ] && gpu_args=(--dtype all --scan all)
+set -o pipefail
+"$build/cli/mambacheck" validate ${gpu_args[@]+"${gpu_args[@]}"} --json "$out/validation.json" |
+  tee "$out/validate.txt" || status=1
 bench=()
 validation=("$out/validation.json")
-if [ -x "$build/bench/bench_scan" ] && "$build/cli/mambacheck" devices >/dev/null 2>&1; then
+if [ -x "$build/bench/bench_scan" ] && [ $gpu -eq 1 ]; then
   rm -rf "$out/gpu"
   "$root/scripts/gpu_session.sh" "$build" "$out/gpu" info tests sweep train || status=1
   tar -xzf "$out/gpu/results.tar.gz" -C "$out/gpu"

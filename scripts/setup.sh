@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev              # GoogleTest
   librapidcheck-dev         # property-based tests
   libbenchmark-dev          # Google Benchmark (bench_scan, bench_train_step)
+  nlohmann-json3-dev        # JSON: result files, dump manifests, config files (header-only)
+  libcli11-dev              # the mambacheck command line (header-only)
   python3 python3-numpy python3-matplotlib   # report generator, .npy checks
 )
 

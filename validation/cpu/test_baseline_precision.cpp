@@ -63,13 +63,24 @@ double unit_roundoff(DType t) {
 }
 
 // The problem as the GPU suites see it: make_problem's data with the GEMM
-// weights and X quantised to `dtype` by make_model_inputs (same seed).
+// weights and X quantised to `dtype` (as make_model_inputs does, same seed) —
+// except for the softplus identity channels (problem.hpp): with Δ ≈ 25 on one
+// of a tiny model's few channels, the handful of bf16/f16 roundings of that
+// Δ dominate the error of EVERY tensor, so the tensors' R are no longer
+// independent samples and their median says nothing about the rounding
+// points (measured: median R 0.08 on dm 2, di 4). The identity branch itself
+// is covered by the gradient checks, the oracle precision suite and the GPU
+// suites.
 check::Problem quantised_problem(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                  DType dtype) {
-  check::Problem p = check::make_problem(cfg, B, T, seed);
-  const check::ModelInputs in = check::make_model_inputs(cfg, B, T, seed, dtype);
-  p.params = check::to_double(in.params);
-  p.X = check::to_double(in.X);
+  check::ProblemOptions opt;
+  opt.softplus_identity = false;
+  check::Problem p = check::make_problem(cfg, B, T, seed, opt);
+  for (const ParamEntry& e : p.layout.entries)
+    if (e.gemm_weight)
+      for (int64_t i = e.offset; i < e.offset + e.size; ++i)
+        p.params[size_t(i)] = double(round_to(dtype, float(p.params[size_t(i)])));
+  for (double& x : p.X) x = double(round_to(dtype, float(x)));
   return p;
 }
 

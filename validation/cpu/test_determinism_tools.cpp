@@ -6,6 +6,8 @@
 // a bad command line). They need no GPU and no CUDA toolkit, so `ctest -L cpu`
 // runs them on every machine.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cmath>
@@ -182,24 +184,21 @@ TEST(DeterminismChecker, JsonRowsAreMergedByIdAndNothingElseIsOverwritten) {
   c.id = "t/c";
   check::merge_determinism_json(path, "{\"gpu_name\": \"first\"}", {a, b});
   check::merge_determinism_json(path, "{\"gpu_name\": \"second\"}", {a2, c});
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
-  EXPECT_NE(text.find("\"schema\": \"mambacheck-validation/1\""), std::string::npos);
-  EXPECT_NE(text.find("\"second\""), std::string::npos);
-  EXPECT_EQ(text.find("\"first\""), std::string::npos);
+  // read back as JSON (the file is parsed and written with nlohmann-json, not by lines)
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(path));
+  EXPECT_EQ(doc["schema"], "mambacheck-validation/1");
+  EXPECT_EQ(doc["context"]["gpu_name"], "second");
   // a replaced in place (identical false now), b kept, c appended: 3 rows in order a, b, c
-  const size_t pa = text.find("{\"id\": \"t/a\""), pb = text.find("{\"id\": \"t/b\""),
-               pc = text.find("{\"id\": \"t/c\"");
-  ASSERT_NE(pa, std::string::npos);
-  ASSERT_NE(pb, std::string::npos);
-  ASSERT_NE(pc, std::string::npos);
-  EXPECT_LT(pa, pb);
-  EXPECT_LT(pb, pc);
-  EXPECT_EQ(text.find("{\"id\": \"t/a\"", pa + 1), std::string::npos) << text;
-  EXPECT_NE(text.find("\"first_diff_index\": 5", pa), std::string::npos) << text;
-  EXPECT_NE(text.find("quote \\\" and backslash \\\\ and newline \\n"), std::string::npos) << text;
+  const nlohmann::json& rows = doc["determinism"];
+  ASSERT_EQ(rows.size(), 3u) << doc.dump(2);
+  EXPECT_EQ(rows[0]["id"], "t/a");
+  EXPECT_EQ(rows[1]["id"], "t/b");
+  EXPECT_EQ(rows[2]["id"], "t/c");
+  EXPECT_EQ(rows[0]["identical"], false);
+  EXPECT_EQ(rows[0]["first_diff_index"], 5);
+  EXPECT_EQ(rows[0]["ulp"], 3);
+  EXPECT_EQ(rows[1]["note"], "quote \" and backslash \\ and newline \n");
+  EXPECT_EQ(rows[2]["hash"], "0x0000000000001234");
   // a foreign file is never overwritten
   const std::string foreign = dir.file("foreign.json");
   dir.file("foreign.json.lock");

@@ -6,7 +6,9 @@
 // shapes and arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <cstring>
 #include <set>
 #include <string>
@@ -87,7 +89,10 @@ TEST(OracleProblems, AreDeterministicPerSeed) {
   EXPECT_EQ(a.conv0, b.conv0);
   EXPECT_EQ(a.ssm0, b.ssm0);
   EXPECT_EQ(a.d_out, b.d_out);
+  EXPECT_EQ(a.d_conv_final, b.d_conv_final);
+  EXPECT_EQ(a.d_ssm_final, b.d_ssm_final);
   EXPECT_NE(a.params, other.params);
+  EXPECT_NE(a.d_ssm_final, other.d_ssm_final);
   EXPECT_NE(a.X, other.X);
   EXPECT_NE(a.ssm0, other.ssm0);
 }
@@ -95,7 +100,9 @@ TEST(OracleProblems, AreDeterministicPerSeed) {
 TEST(OracleProblems, AreF32ExactAndNotDegenerate) {
   const ref::NamedConfig& c = ref::builtin_config("small");
   const check::Problem p = check::make_problem(c.cfg, c.B, c.T, 9);
-  for (const auto* v : {&p.params, &p.X, &p.conv0, &p.ssm0, &p.d_out}) EXPECT_TRUE(f32_exact(*v));
+  for (const auto* v : {&p.params, &p.X, &p.conv0, &p.ssm0, &p.d_out, &p.d_conv_final,
+                        &p.d_ssm_final})
+    EXPECT_TRUE(f32_exact(*v));
   const ParamLayout& lay = p.layout;
   const Dims& d = p.dims;
   auto all = [&](int64_t off, int64_t n, auto pred) {
@@ -128,11 +135,70 @@ TEST(OracleProblems, AreF32ExactAndNotDegenerate) {
   };
   EXPECT_EQ(nonzero(p.conv0), int64_t(p.conv0.size()));
   EXPECT_EQ(nonzero(p.ssm0), int64_t(p.ssm0.size()));
+  // upstream gradients on the final states (issue 10)
+  EXPECT_EQ(p.d_conv_final.size(), p.conv0.size());
+  EXPECT_EQ(p.d_ssm_final.size(), p.ssm0.size());
+  EXPECT_EQ(nonzero(p.d_conv_final), int64_t(p.d_conv_final.size()));
+  EXPECT_EQ(nonzero(p.d_ssm_final), int64_t(p.d_ssm_final.size()));
+  check::ProblemOptions no_final;
+  no_final.final_state_grads = false;
+  const check::Problem nf = check::make_problem(c.cfg, c.B, c.T, 9, no_final);
+  EXPECT_EQ(nonzero(nf.d_conv_final) + nonzero(nf.d_ssm_final), 0);
+  EXPECT_EQ(nf.params, p.params);
+  EXPECT_EQ(nf.d_out, p.d_out);
   check::ProblemOptions zero;
   zero.zero_state = true;
   const check::Problem z = check::make_problem(c.cfg, c.B, c.T, 9, zero);
   EXPECT_EQ(nonzero(z.conv0) + nonzero(z.ssm0), 0);
   EXPECT_EQ(z.params, p.params);
+}
+
+// The softplus identity branch (Δraw > 20, spec §3.2 F4c) is reached by every
+// generated problem: the chosen channels stay above 20 by a wide margin at
+// every (b, t), every other channel far below, and no Δraw comes near the
+// branch point (where finite differences would straddle it). Measured over
+// every built-in config and six seeds (48 problems), as in issue 10.
+TEST(OracleProblems, ReachTheSoftplusIdentityBranchWithAMargin) {
+  double lo_identity = 1e300, hi_other = -1e300;
+  int64_t above = 0;
+  for (const ref::NamedConfig& c : ref::builtin_configs())
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      const check::Problem p = check::make_problem(c.cfg, c.B, c.T, seed);
+      ref::RecurrentState<double> st = p.state<double>();
+      ref::BackboneActivations<double> act;
+      std::vector<double> out(size_t(p.B * p.T * p.dims.dm));
+      ref::backbone_forward(p.layout, p.params.data(), p.B, p.T, p.X.data(), st, out.data(), &act);
+      const int64_t di = p.dims.di, R = p.B * p.T;
+      for (int64_t l = 0; l < p.dims.L; ++l) {
+        const std::vector<int64_t> id = check::softplus_identity_channels(p.dims, seed, l);
+        ASSERT_EQ(int64_t(id.size()), std::max<int64_t>(1, di / 8)) << c.name;
+        std::vector<bool> is_id(size_t(di), false);
+        for (int64_t ch : id) is_id[size_t(ch)] = true;
+        const std::vector<double>& raw = act.layers[size_t(l)].delta_raw;
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t ch = 0; ch < di; ++ch) {
+            const double x = raw[size_t(r * di + ch)];
+            if (is_id[size_t(ch)]) {
+              lo_identity = std::min(lo_identity, x);
+              above += x > 20;
+            } else {
+              hi_other = std::max(hi_other, x);
+            }
+          }
+      }
+    }
+  std::cout << "identity channels: min Δraw " << lo_identity << "; other channels: max Δraw "
+            << hi_other << "; " << above << " elements on the identity branch\n";
+  EXPECT_GT(lo_identity, 21.0);
+  EXPECT_LT(hi_other, 19.0);
+  EXPECT_GT(above, 0);
+  // Without the option the generator stays below the branch, as before.
+  const ref::NamedConfig& c = ref::builtin_config("small");
+  check::ProblemOptions off;
+  off.softplus_identity = false;
+  const check::Problem p = check::make_problem(c.cfg, c.B, c.T, 3, off);
+  for (const LayerParamOffsets& o : p.layout.layers)
+    for (int64_t ch = 0; ch < p.dims.di; ++ch) EXPECT_LT(p.params[size_t(o.dt_proj_b + ch)], 5.0);
 }
 
 // -------------------------------------------------------- storage policy ---

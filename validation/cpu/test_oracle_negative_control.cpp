@@ -69,7 +69,7 @@ TEST(OracleNegativeControl, ScanDeltaFaultFailsTheLayerAndNamesUpstreamTensorsOn
                         "layers.1.H"})
     EXPECT_TRUE(contains(r.guilty, t)) << t << " not named\n" << r.report();
   for (const char* t : {"layers.1.out_proj_w", "layers.1.a_log", "layers.1.d_param",
-                        "layers.1.ssm_state0"})
+                        "layers.1.ssm0"})
     EXPECT_FALSE(contains(r.guilty, t)) << t << " wrongly named\n" << r.report();
 }
 

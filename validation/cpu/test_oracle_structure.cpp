@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -94,6 +95,9 @@ std::vector<Segment> run_segments(const check::Problem& p, const std::vector<int
     if (i + 1 < segs.size()) {
       fin.conv = segs[i + 1].d_conv0.data();
       fin.ssm = segs[i + 1].d_ssm0.data();
+    } else {  // the last segment's final state is the problem's: its upstream gradients
+      fin.conv = p.d_conv_final.data();
+      fin.ssm = p.d_ssm_final.data();
     }
     ref::BackboneGradOutputs<double> g;
     g.params = s.grads.data();
@@ -117,7 +121,7 @@ std::vector<double> join_rows(const std::vector<Segment>& segs,
 }
 
 // Sample b of p as a batch of one: its X and d_out rows and each layer's
-// initial conv/SSM state slice; parameters unchanged.
+// initial conv/SSM state and final-state gradient slices; parameters unchanged.
 check::Problem sample_alone(const check::Problem& p, int64_t b) {
   const Dims& d = p.dims;
   const int64_t nc = d.di * d.dc, ns = d.di * d.ds;
@@ -127,11 +131,17 @@ check::Problem sample_alone(const check::Problem& p, int64_t b) {
   one.d_out.assign(p.d_out.begin() + b * p.T * d.dm, p.d_out.begin() + (b + 1) * p.T * d.dm);
   one.conv0.clear();
   one.ssm0.clear();
+  one.d_conv_final.clear();
+  one.d_ssm_final.clear();
   for (int64_t l = 0; l < d.L; ++l) {
     one.conv0.insert(one.conv0.end(), p.conv0.begin() + (l * p.B + b) * nc,
                      p.conv0.begin() + (l * p.B + b + 1) * nc);
     one.ssm0.insert(one.ssm0.end(), p.ssm0.begin() + (l * p.B + b) * ns,
                     p.ssm0.begin() + (l * p.B + b + 1) * ns);
+    one.d_conv_final.insert(one.d_conv_final.end(), p.d_conv_final.begin() + (l * p.B + b) * nc,
+                            p.d_conv_final.begin() + (l * p.B + b + 1) * nc);
+    one.d_ssm_final.insert(one.d_ssm_final.end(), p.d_ssm_final.begin() + (l * p.B + b) * ns,
+                           p.d_ssm_final.begin() + (l * p.B + b + 1) * ns);
   }
   return one;
 }
@@ -161,6 +171,12 @@ void rc_assert_bitwise(const char* what, const std::vector<double>& a, const std
   }
 }
 
+std::string sci(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6e", x);
+  return buf;
+}
+
 // |full − other| <= 2(n−1)·u64·Σ|c_r| for every parameter-gradient element.
 void rc_assert_reassociation(const char* what, const check::Problem& p,
                              const std::vector<double>& full, const std::vector<double>& other,
@@ -170,8 +186,9 @@ void rc_assert_reassociation(const char* what, const check::Problem& p,
     const double bound = 2 * (n - 1) * kU64 * absum[i];
     if (!(std::fabs(full[i] - other[i]) <= bound))
       RC_FAIL(std::string(what) + ": " + p.layout.entry_at(int64_t(i)).name + " element " +
-              std::to_string(i) + " differs by " + std::to_string(std::fabs(full[i] - other[i])) +
-              " > bound " + std::to_string(bound));
+              std::to_string(i) + " differs by " + sci(std::fabs(full[i] - other[i])) +
+              " > bound " + sci(bound) + " (full " + sci(full[i]) + ", split " + sci(other[i]) +
+              ", sum of |row terms| " + sci(absum[i]) + ")");
   }
 }
 

@@ -100,7 +100,8 @@ inline rc::Gen<OracleShape> gen_oracle_shape(int max_T = 64, int min_T = 1, int 
 
 // ---- running the oracle --------------------------------------------------------
 
-// Everything one forward + backward of a Problem produces, in scalar S.
+// Everything one forward + backward of a Problem produces, in scalar S (the
+// backward with the problem's d_out and final-state upstream gradients).
 template <class S>
 struct OracleRun {
   std::vector<S> out;     // [B*T, dm]
@@ -118,6 +119,8 @@ OracleRun<S> run_oracle(const check::Problem& p, const Storage& st = Storage{}) 
   const std::vector<S> params = check::convert<S>(p.params);
   const std::vector<S> X = check::convert<S>(p.X);
   const std::vector<S> d_out = check::convert<S>(p.d_out);
+  const std::vector<S> d_conv_T = check::convert<S>(p.d_conv_final);
+  const std::vector<S> d_ssm_T = check::convert<S>(p.d_ssm_final);
   ref::RecurrentState<S> state = p.state<S>();
   ref::BackboneActivations<S> act;
   r.out.resize(size_t(p.B * p.T * p.dims.dm));
@@ -133,7 +136,11 @@ OracleRun<S> run_oracle(const check::Problem& p, const Storage& st = Storage{}) 
   g.dX = r.dX.data();
   g.d_conv0 = r.d_conv0.data();
   g.d_ssm0 = r.d_ssm0.data();
-  ref::backbone_backward(p.layout, params.data(), act, d_out.data(), g, st);
+  // the problem's upstream gradients on the final states (problem.hpp)
+  ref::FinalStateGrads<S> fin;
+  if (d_conv_T.size() == state.conv.size()) fin.conv = d_conv_T.data();
+  if (d_ssm_T.size() == state.ssm.size()) fin.ssm = d_ssm_T.data();
+  ref::backbone_backward(p.layout, params.data(), act, d_out.data(), fin, g, st);
   return r;
 }
 

@@ -10,7 +10,7 @@
 //     max|K-O| <= kTypedKLimit (= 2) * max|P-O| + 2 ulp_dtype(max|O|).
 // k, max abs, max rel (floor 1e-3 max|O|), NMSE and the ULP distance in the
 // dtype are reported per tensor; the largest k per tensor FAMILY (out,
-// conv_final, ssm_final, d_input, d_conv0, d_ssm0, grad.<param kind>, the
+// conv_final, ssm_final, grad.input, grad.conv0, grad.ssm0, grad.<param kind>, the
 // layer index dropped) is printed as a table and recorded (RecordProperty).
 //
 // JSON: with MAMBACHECK_PRECISION_JSON=<path> every compared tensor becomes
