@@ -26,6 +26,8 @@
 #   peerbuild only start that build in the background (the peer phase waits for it)
 #   ncu       Nsight Compute (--clock-control none) on the checkpointed scan kernels at
 #             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
+#   ncutrain  Nsight Compute on the first bf16 training step at d_model 768, T 2048, one
+#             layer (every kernel's duration, DRAM and SM throughput) -> ncu_train.csv
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
@@ -55,6 +57,11 @@ peer_dir="$(cd "${PEER_DIR:-$root/.peer}" 2>/dev/null && pwd || echo "${PEER_DIR
 peer_build_pid=""
 start_peer_build() {
   [ -n "$peer_build_pid" ] && return 0
+  # a module already built from this source (an earlier session on the same machine) is reused
+  local so; so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
+  if [ -n "$so" ] && [ "$so" -nt "$peer_dir/build.py" ]; then
+    echo "=== peer: reusing $so"; sleep 0 & peer_build_pid=$!; return 0
+  fi
   if [ ! -f "$peer_dir/build.py" ]; then
     echo "=== peer: no $peer_dir/build.py (PEER_DIR): the peer is not measured"; return 1
   fi
@@ -81,6 +88,11 @@ for p in "${phases[@]}"; do
         --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters \
         "$build/bench/bench_scan" --cases=2048:16 --routes=checkpointed-hw --dtypes=f32,bf16 \
         --benchmark_min_time=0.001 --benchmark_filter='scan_(fwd|bwd)/' ;;
+    ncutrain)
+      run_phase ncu_train ncu --clock-control none --csv --launch-count 80 \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+        --log-file "$out/ncu_train.csv" "$build/bench/bench_train_step" --reps=1 \
+        --benchmark_filter='dm:768/L:1/B:8/T:2048/bf16' --benchmark_min_time=0.001 ;;
     info)
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;
