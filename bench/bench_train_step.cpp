@@ -1,6 +1,6 @@
 // bench_train_step.cpp — Google Benchmark of one training step (forward +
 // backward, no optimizer) of the Mamba-1 backbone through gpu::Model, against
-// the state-spaces/mamba figures of issue 9.
+// state-spaces/mamba's figures measured on an H200 (the table in bench/README.md).
 //
 // Rows (default): the issue's table — d_model / T / layers = 768/512/1,
 // 768/2048/1, 1024/2048/1, 2048/2048/1, 768/2048/4 — at B = 8, d_state 16,
@@ -67,7 +67,7 @@ namespace {
 
 constexpr const char* kProgram = "bench_train_step";
 
-// ---- the peer (issue 9) ------------------------------------------------------------------
+// ---- the peer (bench/README.md) -------------------------------------------------------------------------
 
 // state-spaces/mamba's fast path on an H200 (Mamba block with mamba_inner_fn and
 // causal_conv1d, RMSNorm and residual around the mixer, PyTorch 2.11, TF32 off),
@@ -458,7 +458,7 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
 // The peer figure and the ratio beside each row, on stderr (the JSON has the same).
 void print_summary(const std::vector<Summary>& rows) {
   std::fprintf(stderr,
-               "\n%s: graph figures vs state-spaces/mamba (issue 9; target bf16 >= %.1fx, "
+               "\n%s: graph figures vs state-spaces/mamba (target bf16 >= %.1fx, "
                "f32 strict >= %.1fx)\n",
                kProgram, kTargetBf16, kTargetF32);
   std::fprintf(stderr, "%-58s %9s %9s %9s %7s %7s %6s %9s %9s %9s %7s %7s %s\n", "case", "eager us",
@@ -495,7 +495,7 @@ void print_help() {
 int main_impl(int argc, char** argv) {
   ArgvRewrite rw(argc, argv);
   help_text = common_flags_help() +
-              "  (default: the rows of issue 9's table; --sweep: every width x layers {1,4} x T "
+              "  (default: the peer table's rows; --sweep: every width x layers {1,4} x T "
               "{512,2048})\n"
               "  --gemm=f32|tf32    f32 GEMM tier (default f32 = strict; tf32 opt-in)\n"
               "  --typed-gemm=tensor-core|strict\n"
@@ -533,7 +533,7 @@ int main_impl(int argc, char** argv) {
                          std::to_string(g.reps) +
                          " steps; no L2 scrub (working set >> L2)");
   using benchmark::AddCustomContext;
-  AddCustomContext("step_shapes", "the rows of issue 9's table (d_model/T/layers 768/512/1, "
+  AddCustomContext("step_shapes", "the peer table's rows (d_model/T/layers 768/512/1, "
                                   "768/2048/1, 1024/2048/1, 2048/2048/1, 768/2048/4; --sweep: "
                                   "768/1024/2048 x 1,4 layers x T 512,2048), B 8, d_state 16, "
                                   "expand 2, d_conv 4, input_dim = d_model, scan mode Auto");
@@ -565,10 +565,10 @@ int main_impl(int argc, char** argv) {
                              "capture_step; peak_vs_peer = peak GiB / peer peak GiB");
   AddCustomContext("peer", "state-spaces/mamba fast path on an H200 (Mamba block, mamba_inner_fn, "
                            "causal_conv1d, RMSNorm + residual around the mixer, PyTorch 2.11, "
-                           "TF32 off), B 8, the step replayed as one CUDA graph (issue 9's "
+                           "TF32 off), B 8, the step replayed as one CUDA graph (the peer's "
                            "table): peer_graph_us, peer_peak_gib; speedup_vs_peer = "
                            "peer_graph_us / graph_us");
-  AddCustomContext("targets", "issue 9: graph figures, bf16 (tensor-core tier) >= 2x the peer's "
+  AddCustomContext("targets", "graph figures, bf16 (tensor-core tier) >= 2x the peer's "
                               "bf16, f32 (strict tier) >= 1.5x the peer's f32; target_speedup "
                               "0 = no target for this row's tier");
   AddCustomContext("verify_method", "one host-visible forward + backward from zero state: output "

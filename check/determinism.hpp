@@ -1,4 +1,4 @@
-// determinism.hpp — bitwise reproducibility of whole Model runs (issue 5 part 1).
+// determinism.hpp — bitwise reproducibility of whole Model runs.
 //
 //  * A run is a list of named f32 tensors: every output, final state and
 //    gradient of one forward + backward, in the order and with the names of

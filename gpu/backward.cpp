@@ -1,4 +1,4 @@
-// backward.cpp — the backbone backward (spec §4.1: norm_f, B0–B8 per layer in
+// backward.cpp — the backbone backward (docs/math.md: norm_f, B0–B8 per layer in
 // reverse, input_proj) with optional initial-state gradients, optional upstream
 // gradients on the final states (Model::set_final_state_grads) and d_input, one
 // implementation over the storage type T. Parameter gradients accumulate into

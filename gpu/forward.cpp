@@ -1,6 +1,6 @@
-// forward.cpp — the backbone forward (spec §3.1: input_proj, L layers of
+// forward.cpp — the backbone forward (docs/math.md: input_proj, L layers of
 // F1–F6 with carried conv/SSM state, norm_f) and the target "burn-in nosave"
-// forward (spec §3.5), one implementation over the storage type T. Where the
+// forward (docs/math.md, target forward), one implementation over the storage type T. Where the
 // typed path rounds is listed in reference_cpu/model.cpp; the GPU rounds at
 // exactly those points (the kernels' typed stores).
 #include <cuda_bf16.h>

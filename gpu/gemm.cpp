@@ -1,6 +1,6 @@
 // gemm.cpp — cuBLAS calls of the three GEMM roles (gemm.hpp). The row-major
 // problem C[M,N] = A[M,K]·B[K,N] is issued as the column-major Cᵀ = Bᵀ·Aᵀ
-// (spec §2.2): a row-major [r, c] tensor with row stride ld is a column-major
+// (docs/math.md, GEMM roles): a row-major [r, c] tensor with row stride ld is a column-major
 // c×r matrix with leading dimension ld.
 #include "gpu/gemm.hpp"
 

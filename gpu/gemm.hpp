@@ -1,4 +1,4 @@
-// gemm.hpp — the three GEMM roles of spec §2.2 on cuBLAS, for row-major
+// gemm.hpp — the three GEMM roles (docs/math.md) on cuBLAS, for row-major
 // tensors and weights stored W[in, out]:
 //   forward      Y [M, N]  = X [M, K] · W [K, N]          (overwrite; bias added by the caller in f32)
 //   input_grad   dX [M, K] = dY [M, N] · Wᵀ               (overwrite)
@@ -10,11 +10,11 @@
 //   f32 inputs:   CUBLAS_COMPUTE_32F_PEDANTIC (tier strict, true f32), or
 //                 CUBLAS_COMPUTE_32F_FAST_TF32 only when GemmMath::TF32 was chosen;
 //   typed inputs: CUBLAS_COMPUTE_32F (tier tensor-core, the default: tensor cores,
-//                 exact bf16/f16 products, f32 accumulation, spec §6.5), or
+//                 exact bf16/f16 products, f32 accumulation), or
 //                 CUBLAS_COMPUTE_32F_PEDANTIC (TypedGemm::Strict: no tensor cores).
 // The handle's math mode (device_context.hpp) forbids reduced-precision split-K
 // reductions, so a typed output is rounded once from the f32 accumulator.
-// Row-major mapping via Cᵀ = Bᵀ·Aᵀ (spec §2.2 table). Every call is checked:
+// Row-major mapping via Cᵀ = Bᵀ·Aᵀ . Every call is checked:
 // a failure names the cuBLAS status, the GEMM (e.g. "layer 2 x_proj dW"), its
 // role, m, n, k and the compute type. With phase timing on (phase_timer.hpp)
 // every call is marked as a GEMM interval on the handle's stream.

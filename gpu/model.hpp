@@ -1,7 +1,7 @@
 // model.hpp — the public host API of the GPU Mamba-1 pipeline: device
 // discovery, and a Model that owns device weights, gradients, recurrent state
 // and saved activations for one (config, B, T, options) and runs the backbone
-// forward, backward and the target forward (spec §3–§4, §6).
+// forward, backward and the target forward (docs/math.md).
 //
 // This header has no CUDA types, so the CLI and tests compile against it on
 // machines without a toolkit; there gpu_available() says why not and every
@@ -57,14 +57,14 @@ DeviceInfo device_info(int device = 0);
 
 // Makes `device` current for the calling thread (cudaSetDevice) and the
 // default of RunOptions::device for every Model constructed afterwards, so
-// a test process that CTest assigned to GPU k runs there (issue 5, multi-GPU).
+// a test process that CTest assigned to GPU k runs there (several GPUs).
 // ConfigError naming the index and the number of visible devices when it is
 // out of range; GpuUnavailable without a device.
 void select_device(int device);
 // The device last passed to select_device (0 until then).
 int default_device();
 
-// GEMM tiers (issue 9). Every cuBLAS GEMM of a Model runs on one tier,
+// GEMM tiers. Every cuBLAS GEMM of a Model runs on one tier,
 // resolved from the storage dtype and two options:
 //   f32 storage (RunOptions::gemm, GemmMath):
 //     F32  -> tier "strict": CUBLAS_COMPUTE_32F_PEDANTIC, true f32 (the default);
@@ -193,7 +193,7 @@ class Model {
   void* stream_handle();  // cudaStream_t
   int64_t device_bytes_allocated() const;
 
-  // CUDA graph of the training step (issue 9). capture_step() records one
+  // CUDA graph of the training step. capture_step() records one
   // training step — exactly what forward_device() + backward_device() enqueue:
   // every kernel, cuBLAS call and memset — into one CUDA graph and
   // instantiates it; replay_step() launches it on the model's stream (enqueue

@@ -1,6 +1,6 @@
 // pipeline.hpp — the templated GPU pipeline behind mc::gpu::Model: one
 // implementation over the storage type T (float = the pure f32 path,
-// __nv_bfloat16 / __half = the mixed path of spec §6), chosen at run time
+// __nv_bfloat16 / __half = the mixed path of docs/math.md), chosen at run time
 // from RunOptions::dtype by make_pipeline. Internal to gpu/.
 //
 // Buffer plan (R = B·T rows; "T" = storage type, f32 otherwise). The forward

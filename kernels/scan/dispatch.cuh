@@ -196,9 +196,9 @@ void ckpt_backward(const scan::BwdParams<T>& p, int warps, cudaStream_t st) {
   }
 }
 
-// ---- the cross-check routes (the seed kernels of kernels/scan.cuh) -----------------------
+// ---- the cross-check routes (the seed kernels of seed.hpp) -----------------------
 // Contiguous activations, one shared B/C row stride, no fused epilogue, D required;
-// they always use the accurate exp (scan_math.cuh) whatever `exp` says.
+// they always use the accurate exp (exp_math.cuh) whatever `exp` says.
 inline void require_plain(const char* fn, scan::Route r, bool ok, const char* what) {
   if (!ok)
     throw ConfigError(std::string(fn) + ": route " + scan::to_string(r) + " does not support " +

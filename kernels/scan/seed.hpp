@@ -1,4 +1,4 @@
-// scan.cuh — launchers of the selective scan (spec §3.2 F4d, §4.3 B3, §7):
+// seed.hpp — launchers of the seed selective-scan kernels (docs/math.md F4d, B3):
 // a sequential kernel (one thread per (b, d), d_state <= 64) and a chunked
 // parallel kernel (one block per (b, d), d_state <= 256), forward and
 // backward, templated on the storage type T of the activations

@@ -1,7 +1,7 @@
 // scan_bwd.cuh — launcher of the backward selective scan: validates the shape and
 // pointers (mc::ConfigError), picks the kernel and geometry, launches and
-// checks. Defines the public template of scan.cuh; explicitly instantiated per
-// dtype in scan_bwd_{f32,bf16,f16}.cu. Kernels in scan_bwd_kernels.cuh.
+// checks. Defines the public template of seed.hpp; explicitly instantiated per
+// dtype in seed_bwd_{f32,bf16,f16}.cu. Kernels in seed_bwd_kernels.cuh.
 #pragma once
 
 #include <string>
@@ -40,7 +40,7 @@ int64_t launch_scan_bwd(bool parallel, const ScanShape& s, const BwdArgs<T>& arg
 
 namespace mc::kern {
 
-// Definitions of the public entry points (scan.cuh); explicitly instantiated
+// Definitions of the public entry points (seed.hpp); explicitly instantiated
 // per dtype in scan_bwd_{f32,bf16,f16}.cu.
 template <class T>
 void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,

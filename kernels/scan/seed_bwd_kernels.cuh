@@ -1,4 +1,4 @@
-// scan_bwd_kernels.cuh — backward selective-scan kernels (spec §4.3 B3),
+// seed_bwd_kernels.cuh — backward selective-scan kernels (docs/math.md B3),
 // device code only (the launcher is scan_bwd.cuh), templated on the storage
 // type T.
 //
@@ -23,7 +23,7 @@
 // dD_part [B,di], dh0. Fixed-order reduction kernels (scan_reduce.cu) then sum
 // over the channel groups and over b.
 //
-// Parallel kernel: same segmented-lanes layout as the forward (scan_fwd_kernels.cuh),
+// Parallel kernel: same segmented-lanes layout as the forward (seed_fwd_kernels.cuh),
 // walked backwards: chunks from last to first, inside a chunk the segment
 // prefix composes the LATER segments (g_end down to g+1) onto the carry from
 // the next chunk; the first segment's final e is the carry for the previous

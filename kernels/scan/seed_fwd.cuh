@@ -1,7 +1,7 @@
 // scan_fwd.cuh — launcher of the forward selective scan: validates the shape and
 // pointers (mc::ConfigError), picks the kernel and geometry, launches and
-// checks. Defines the public template of scan.cuh; explicitly instantiated per
-// dtype in scan_fwd_{f32,bf16,f16}.cu. Kernels in scan_fwd_kernels.cuh.
+// checks. Defines the public template of seed.hpp; explicitly instantiated per
+// dtype in seed_fwd_{f32,bf16,f16}.cu. Kernels in seed_fwd_kernels.cuh.
 #pragma once
 
 #include <string>
@@ -47,7 +47,7 @@ void launch_scan_fwd(bool parallel, const ScanShape& s, const FwdArgs<T>& args,
 
 namespace mc::kern {
 
-// Definition of the public entry point (scan.cuh); explicitly instantiated per
+// Definition of the public entry point (seed.hpp); explicitly instantiated per
 // dtype in scan_fwd_{f32,bf16,f16}.cu.
 template <class T>
 void scan_fwd(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,

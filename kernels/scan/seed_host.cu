@@ -131,7 +131,7 @@ size_t scan_bwd_scratch_bytes(const ScanShape& s) {
   return off[4];
 }
 
-// ---- traffic model (formulas documented in scan.cuh) ----------------------------------
+// ---- traffic model (formulas documented in seed.hpp) ----------------------------------
 size_t scan_fwd_min_bytes(const ScanShape& s, int e, bool save) {
   const size_t BT = size_t(s.B) * size_t(s.T), di = size_t(s.di), ds = size_t(s.ds);
   const size_t S = size_t(s.B) * di * ds;

@@ -1,5 +1,5 @@
 // scan_reduce_kernels.cuh — device code of the fixed-order reductions that
-// follow the scan backward (spec §4.3 "Reductions", §5.1 Rule B): per-(b,t,d,n)
+// follow the scan backward (fixed-order reductions, docs/DESIGN.md determinism rules): per-(b,t,d,n)
 // dB/dC partials summed over d, per-b dA_log/dD partials summed over b. One
 // thread owns one output element and adds its terms sequentially in ascending
 // index order starting from 0.0 — no atomics, no trees, so the bits depend on

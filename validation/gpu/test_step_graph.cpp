@@ -1,6 +1,6 @@
 // ctest-labels: gpu;determinism
 // ctest-timeout: 600
-// test_step_graph.cpp — the training step as one CUDA graph (issue 9 item 4,
+// test_step_graph.cpp — the training step as one CUDA graph (
 // gpu::Model::capture_step / replay_step) gives the same bits as the eager
 // step, on every route of determinism_cases.hpp (every dtype, scan route and
 // GEMM tier, tensor cores included):
