@@ -78,7 +78,7 @@ for p in "${phases[@]}"; do
       run_phase ncu_scan ncu --clock-control none --kernel-name regex:ckpt_ --launch-skip 0 \
         --launch-count 8 --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
-        --section MemoryWorkloadAnalysis --section InstructionStats \
+        --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters \
         "$build/bench/bench_scan" --cases=2048:16 --routes=checkpointed-hw --dtypes=f32,bf16 \
         --benchmark_min_time=0.001 --benchmark_filter='scan_(fwd|bwd)/' ;;
     info)

@@ -1,7 +1,7 @@
 // scan/ckpt_kernels.cuh — device code of the checkpointed selective scan
 // (route Checkpointed of scan.hpp): forward and backward kernels, templated on
 // the storage type T, the states per thread S, the exponential E and the
-// checkpoint stride K. Launchers in ckpt_launch.cuh.
+// checkpoint stride K. Launchers in dispatch.cuh.
 //
 // Thread layout (both directions). A block serves CB consecutive channels d of
 // one sample b; channel ch of the block is served by L consecutive lanes of one
@@ -11,17 +11,23 @@
 // thread walks ALL T steps of its (b, d, states) in order: the recurrence is
 // never split in time, so nothing is composed and there is no scan tree.
 //
-// Per chunk of K steps, "phase 0" stages the per-(t, d) scalars in shared memory
-// [K][CB]: lane j of a group loads and transforms steps k ≡ j (mod L) (δ, with
-// the fused softplus; u; the gate), so an activation is evaluated once per
-// (t, d), not once per lane. The lanes then read them back (broadcast).
+// Chunk pipeline (both directions): the inputs of chunk c+1 (δ/Δraw, u, z, dy of
+// the block's CB channels and the B/C rows, [K] steps each) are copied into one of
+// two shared-memory buffers with cp.async while chunk c is computed from the
+// other; no global load is ever on a step's critical path. Per chunk, lane j of a
+// group transforms steps k ≡ j (mod L) of its channel into f32 scalars [K][CB]
+// (δ, with the fused softplus; u; the gate), so an activation is evaluated once
+// per (t, d), not once per lane. The K steps then run branch-free: steps past
+// T have δ = 0 (dA = 1) and zero B/C rows, so they leave every state unchanged,
+// and only their stores are predicated off.
 //
 // Forward, per step: dA = exp(δ·A); h = dA·h + (δ·u)·B; y = Σ_n h·C (in-thread
 // over the S states, then an xor butterfly over the L lanes), then + D·u, then
 // · silu(z). The state before every K-th step is stored as a checkpoint
 // [B, n_ckpt, di, ds]; the final state to h_final.
 //
-// Backward, chunks from last to first. Per chunk: reload the checkpoint,
+// Backward, chunks from last to first (the pipeline stages chunk c-1 while chunk
+// c runs). Per chunk: reload the checkpoint,
 // recompute the chunk's K states into shared memory hs[K][thread][S] (one exp
 // per element; the warp-level dB/dC sums read h_t from there too),
 // then walk the chunk backwards with the carries dh = ∂L/∂h_{t+1} and dAn = dA_{t+1}:
@@ -51,12 +57,48 @@ struct CkptGeom {
   int log2_lanes = 0;
   int warps = 4;       // W per block
   int cb = 0;          // channels per block = W·32/L
-  int ds_pad = 4;      // L·S rounded: states per channel the threads hold
+  int ds_pad = 4;      // L·S: states per channel the threads hold (the B/C tile row)
   int64_t nblk_d = 0;  // channel blocks per sample = ceil(di / cb)
   int64_t n_ckpt = 0;  // ceil(T / K)
-  bool vec_bc = false;    // B/C rows may be read as S-wide vectors
-  bool vec_state = false; // ds % 4 == 0: states, checkpoints and partials as float4
+  // per launch (pointers and strides): which tiles may be copied with 16-byte cp.async
+  bool async_bc = false;   // the B and C rows
+  bool async_act = false;  // the δ/u/z/dy rows of a block's channels (full blocks only)
+  bool vec_state = false;  // ds % 4 == 0: states, checkpoints and partials as float4
 };
+
+// Bytes of one 16-byte aligned shared-memory region of n elements of size e.
+__host__ __device__ inline size_t smem_region(size_t n, size_t e) { return (n * e + 15) / 16 * 16; }
+
+// Shared memory layout (bytes, every region 16-byte aligned), both directions:
+//   raw [2 buffers][n_act][K][CB] T     the staged activation rows (n_act tensors)
+//   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0)
+//   sc  [n_sc][K][CB] f32               the transformed per-(t, d) scalars
+// backward only, after those:
+//   hs    [K][NT][S] f32                the chunk's recomputed states, per thread
+//   tiles [W][Q][CW][DP] f32            per warp, dh_t for the dB sums
+//   wsum  [2][W][2][Q][DP] f32          per warp sums, double-buffered across batches
+struct CkptSmem {
+  size_t raw, bc, sc, hs, tiles, wsum, total;  // byte offsets; total = size
+};
+__host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
+                                              int n_act, int n_sc, bool backward) {
+  CkptSmem m;
+  const size_t nt = size_t(32) * g.warps, cw = size_t(32 / g.lanes);
+  m.raw = 0;
+  m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * g.cb, elem);
+  m.sc = m.bc + 4 * smem_region(size_t(K) * g.ds_pad, elem);
+  m.hs = m.sc + size_t(n_sc) * smem_region(size_t(K) * g.cb, 4);
+  m.tiles = m.hs + (backward ? smem_region(size_t(K) * nt * S, 4) : 0);
+  m.wsum = m.tiles + (backward ? smem_region(size_t(g.warps) * kCkptQ * cw * g.ds_pad, 4) : 0);
+  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * 2 * kCkptQ * g.ds_pad, 4) : 0);
+  return m;
+}
+// The tensors each direction stages and the scalars it keeps (the z / softplus
+// ones only when those epilogues are fused).
+__host__ __device__ inline int fwd_n_act(bool z) { return z ? 3 : 2; }           // δ u [z]
+__host__ __device__ inline int fwd_n_sc(bool z) { return z ? 4 : 3; }            // δ δu D·u [gate]
+__host__ __device__ inline int bwd_n_act(bool z) { return z ? 4 : 3; }           // δ u dy [z]
+__host__ __device__ inline int bwd_n_sc(bool z, bool sp) { return 3 + z + sp; }  // δ u dy [fz] [fd]
 
 template <class V>  // V: the storage type (T is the sequence length below)
 struct CkptFwdArgs {
@@ -81,7 +123,7 @@ struct CkptFwdArgs {
   int64_t ld_y;
 };
 
-template <class V>  // V: the storage type (T is the sequence length below)
+template <class V>
 struct CkptBwdArgs {
   int64_t B, T, di, ds;
   const V* delta;
@@ -117,7 +159,8 @@ struct CkptBwdArgs {
 // Which thread serves what (both kernels).
 struct LaneMap {
   int L, ch, j, lane, warp, n0, nvalid;
-  int64_t b, dblk, d;  // d clamped to di-1 for the padding channels of the last block
+  int64_t b, dblk, d0, d;  // d clamped to di-1 for the padding channels of the last block
+  int cols_valid;          // channels of this block inside di
   bool dvalid;
 };
 __device__ __forceinline__ LaneMap lane_map(const CkptGeom& g, int64_t di, int64_t ds, int S) {
@@ -130,7 +173,10 @@ __device__ __forceinline__ LaneMap lane_map(const CkptGeom& g, int64_t di, int64
   m.warp = tid >> 5;
   m.b = int64_t(blockIdx.x) / g.nblk_d;
   m.dblk = int64_t(blockIdx.x) - m.b * g.nblk_d;
-  const int64_t d = m.dblk * g.cb + m.ch;
+  m.d0 = m.dblk * g.cb;
+  const int64_t left_d = di - m.d0;
+  m.cols_valid = int(left_d < g.cb ? left_d : g.cb);
+  const int64_t d = m.d0 + m.ch;
   m.dvalid = d < di;
   m.d = m.dvalid ? d : di - 1;
   m.n0 = m.j * S;
@@ -158,18 +204,41 @@ __device__ __forceinline__ void store_states(float* p, bool vec, int valid, cons
   }
 }
 
+// Zero the padding columns (ds .. DP) of the four B/C tile buffers once: the
+// staging never writes them, the masked states read them.
+template <class T>
+__device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds) {
+  const int pad = DP - int(ds);
+  if (pad <= 0) return;
+  const size_t buf = smem_region(size_t(K) * DP, sizeof(T)) / sizeof(T);
+  for (int e = int(threadIdx.x); e < 4 * K * pad; e += int(blockDim.x)) {
+    const int t = e / (K * pad), r = (e / pad) % K, c = int(ds) + e % pad;
+    bc[size_t(t) * buf + r * DP + c] = zero_elem<T>();
+  }
+}
+
 // ---- forward --------------------------------------------------------------------------
-// grid B·nblk_d blocks of 32·W threads; dynamic smem 4·K·CB floats:
-//   sc_delta | sc_du (δ·u) | sc_skip (D·u) | sc_gate (silu(z) or 1), each [K][CB]
+// grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = false).
 template <class T, int S, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
-  const int CB = g.cb, L = m.L;
-  float* sc_delta = smem;
-  float* sc_du = sc_delta + K * CB;
-  float* sc_skip = sc_du + K * CB;
-  float* sc_gate = sc_skip + K * CB;
+  const int CB = g.cb, L = m.L, DP = g.ds_pad;
+  const bool has_z = p.z != nullptr;
+  const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), false);
+  char* base = reinterpret_cast<char*>(smem);
+  const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
+  const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
+  const size_t sc_bytes = smem_region(size_t(K) * CB, 4);
+  // raw tile `i` of buffer `bf`; B (i = 0) / C (i = 1) tile of buffer `bf`; scalar array `i`
+  auto raw = [&](int bf, int i) {
+    return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * fwd_n_act(has_z) + i) * act_bytes);
+  };
+  auto bct = [&](int bf, int i) { return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes); };
+  float* sc_delta = reinterpret_cast<float*>(base + lay.sc);
+  float* sc_du = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
+  float* sc_skip = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
+  float* sc_gate = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes);
 
   float a[S], h[S];
   {
@@ -185,74 +254,79 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
   }
   const float Dd = p.D ? __ldg(p.D + m.d) : 0.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
-  const bool vec_bc = g.vec_bc && m.nvalid == S;
   const int64_t row0 = m.b * p.T;
+  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
 
-  for (int64_t t0 = 0; t0 < p.T; t0 += K) {
+  auto stage = [&](int64_t c, int bf) {
+    const int64_t r = row0 + c * K;
+    const int rv = int(min(int64_t(K), p.T - c * K));
+    stage_tile<T>(raw(bf, 0), CB, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+                  m.cols_valid, g.async_act);
+    stage_tile<T>(raw(bf, 1), CB, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
+                  g.async_act);
+    if (has_z)
+      stage_tile<T>(raw(bf, 2), CB, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+                    g.async_act);
+    stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc);
+    stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc);
+    cp_async_commit();
+  };
+  stage(0, 0);
+
+  for (int64_t c = 0; c < g.n_ckpt; ++c) {
+    const int bf = int(c & 1);
+    const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
-    if (p.ckpt && m.dvalid && m.nvalid > 0)
-      store_states<S>(p.ckpt + ((m.b * g.n_ckpt + t0 / K) * p.di + m.d) * p.ds + m.n0,
-                      g.vec_state, m.nvalid, h);
-    // phase 0: per-(t, d) scalars of this chunk
+    cp_async_wait_all();
+    __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c-1
+    if (c + 1 < g.n_ckpt) stage(c + 1, bf ^ 1);  // copies overlap this chunk's math
+    if (p.ckpt && m.dvalid && m.nvalid > 0)  // the state before step t0
+      store_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
+                      m.nvalid, h);
+    // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
-      float dl = 0.f, uv = 0.f, gate = 1.f;
-      if (k < nk) {
-        const int64_t r = row0 + t0 + k;
-        const float x = load_f32(p.delta + r * p.ld_delta + m.d);
-        dl = p.delta_bias ? act_softplus(x + bias) : x;
-        uv = load_f32(p.u + r * p.ld_u + m.d);
-        if (p.z) gate = act_silu(load_f32(p.z + r * p.ld_z + m.d));
-      }
-      sc_delta[k * CB + m.ch] = dl;
-      sc_du[k * CB + m.ch] = dl * uv;
-      sc_skip[k * CB + m.ch] = __fmul_rn(Dd, uv);
-      sc_gate[k * CB + m.ch] = gate;
+      const int e = k * CB + m.ch;
+      const float x = smem_f32(raw(bf, 0)[e]);
+      const float dl = k < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
+      const float uv = smem_f32(raw(bf, 1)[e]);
+      sc_delta[e] = dl;
+      sc_du[e] = dl * uv;
+      sc_skip[e] = __fmul_rn(Dd, uv);
+      if (has_z) sc_gate[e] = act_silu(smem_f32(raw(bf, 2)[e]));
     }
     __syncwarp();
-    const T* bp = p.Bm + (row0 + t0) * p.ld_B + m.n0;
-    const T* cp = p.Cm + (row0 + t0) * p.ld_C + m.n0;
+    const T* Bt = bct(bf, 0) + m.n0;
+    const T* Ct = bct(bf, 1) + m.n0;
 #pragma unroll 4
-    for (int k = 0; k < K; ++k) {
-      if (k < nk) {  // block-uniform
-        const float dl = sc_delta[k * CB + m.ch];
-        const float du = sc_du[k * CB + m.ch];
-        float bv[S], cv[S];
-        load_vec<S>(bp + k * p.ld_B, vec_bc, m.nvalid, bv);
-        load_vec<S>(cp + k * p.ld_C, vec_bc, m.nvalid, cv);
-        float yp = 0.f;
+    for (int k = 0; k < K; ++k) {  // branch-free: steps past T leave h unchanged
+      const float dl = sc_delta[k * CB + m.ch];
+      const float du = sc_du[k * CB + m.ch];
+      float bv[S], cv[S];
+      smem_vec<S>(Bt + k * DP, bv);
+      smem_vec<S>(Ct + k * DP, cv);
+      float yp = 0.f;
 #pragma unroll
-        for (int s = 0; s < S; ++s) {
-          const float dA = expm<E>(dl * a[s]);
-          h[s] = fmaf(dA, h[s], du * bv[s]);
-          yp = fmaf(h[s], cv[s], yp);
-        }
-        const float ysum = group_sum(yp, L);
-        if (m.j == (k & (L - 1)) && m.dvalid) {
-          const float yv = (ysum + sc_skip[k * CB + m.ch]) * sc_gate[k * CB + m.ch];
-          store_rn(p.y + (row0 + t0 + k) * p.ld_y + m.d, yv);
-        }
+      for (int s = 0; s < S; ++s) {
+        const float dA = expm<E>(dl * a[s]);
+        h[s] = fmaf(dA, h[s], du * bv[s]);
+        yp = fmaf(h[s], cv[s], yp);
+      }
+      const float ysum = group_sum(yp, L);
+      if (k < nk && m.j == (k & (L - 1)) && m.dvalid) {
+        float yv = ysum + sc_skip[k * CB + m.ch];
+        if (has_z) yv *= sc_gate[k * CB + m.ch];
+        store_rn(p.y + (row0 + t0 + k) * p.ld_y + m.d, yv);
       }
     }
-    __syncwarp();  // the next chunk's phase 0 overwrites the scalars
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
     store_states<S>(p.h_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
 }
 
 // ---- backward -------------------------------------------------------------------------
-// Shared memory (floats):
-//   hs      [K][threads][S]: the chunk's recomputed states h_t of each thread
-//   scalars [6][K][CB]: δ | u | dy (as the recurrence sees it) | δ·u | dΔ factor
-//                       (σ(Δraw+bias) or 1) | dz factor (dG·silu'(z), with z)
-//   tiles   [W][Q][CW][ds_pad]: per warp, dh_t (for dB; h_t is read from hs)
-//   wsum    [2][W][2][Q][ds_pad]: per warp sums, double-buffered across batches
-inline size_t ckpt_bwd_smem_floats(const CkptGeom& g, int K, int S) {
-  const size_t cw = size_t(32 / g.lanes), threads = size_t(32) * g.warps;
-  return size_t(K) * threads * S + size_t(6) * K * g.cb +
-         size_t(g.warps) * kCkptQ * cw * g.ds_pad + size_t(2) * g.warps * 2 * kCkptQ * g.ds_pad;
-}
-inline size_t ckpt_fwd_smem_floats(const CkptGeom& g, int K) { return size_t(4) * K * g.cb; }
-
+// grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = true).
 template <class T, int S, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int Q = kCkptQ;
@@ -264,18 +338,28 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
   const int CW = 32 / L;
   const int NT = 32 * W;
   const int wch = m.lane >> g.log2_lanes;  // channel within the warp
-  float4* hs = reinterpret_cast<float4*>(smem);  // [K][NT][S/4]
-  float* sc_delta = smem + size_t(K) * NT * S;
-  float* sc_u = sc_delta + K * CB;
-  float* sc_dy = sc_u + K * CB;
-  float* sc_du = sc_dy + K * CB;
-  float* sc_fd = sc_du + K * CB;
-  float* sc_fz = sc_fd + K * CB;
-  float* tiles = sc_fz + K * CB;                  // [W][Q][CW][DP]
-  float* wsum = tiles + size_t(W) * Q * CW * DP;  // [2][W][2][Q][DP]
+  const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
+  const CkptSmem lay =
+      ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp), true);
+  char* base = reinterpret_cast<char*>(smem);
+  const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
+  const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
+  const size_t sc_bytes = smem_region(size_t(K) * CB, 4);
+  auto raw = [&](int bf, int i) {
+    return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * bwd_n_act(has_z) + i) * act_bytes);
+  };
+  auto bct = [&](int bf, int i) { return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes); };
+  float* sc_delta = reinterpret_cast<float*>(base + lay.sc);
+  float* sc_u = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
+  float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
+  float* sc_fz = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes);  // with z
+  float* sc_fd = reinterpret_cast<float*>(base + lay.sc + (3 + int(has_z)) * sc_bytes);  // softplus
+  float4* hs = reinterpret_cast<float4*>(base + lay.hs);  // [K][NT][S/4]
+  float* tiles = reinterpret_cast<float*>(base + lay.tiles);
+  float* wsum = reinterpret_cast<float*>(base + lay.wsum);
   float* my_tile_dh = tiles + size_t(m.warp) * Q * CW * DP;
-  // this thread's state slot of step k (S/4 float4s)
-  auto hs_at = [&](int k) { return hs + (size_t(k) * NT + threadIdx.x) * (S / 4); };
+  // the state slot of step k of thread `tid` (S/4 float4s)
+  auto hs_at = [&](int k, int tid) { return hs + (size_t(k) * NT + tid) * (S / 4); };
 
   // a = exp_coef(A); S2 is accumulated with a and scaled back once per step
   // (exp_coef_inverse), so A itself need not stay in registers.
@@ -294,78 +378,92 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
     for (int s = 0; s < S; ++s) dh[s] = 0.f;
   const float Dd = p.D ? __ldg(p.D + m.d) : 0.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
-  const bool vec_bc = g.vec_bc && m.nvalid == S;
   const int64_t row0 = m.b * p.T;
   float dD_acc = 0.f;
-  int buf = 0;
+  int wb = 0;  // wsum buffer
+  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
+
+  auto stage = [&](int64_t c, int bf) {
+    const int64_t r = row0 + c * K;
+    const int rv = int(min(int64_t(K), p.T - c * K));
+    stage_tile<T>(raw(bf, 0), CB, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+                  m.cols_valid, g.async_act);
+    stage_tile<T>(raw(bf, 1), CB, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
+                  g.async_act);
+    stage_tile<T>(raw(bf, 2), CB, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
+                  g.async_act);
+    if (has_z)
+      stage_tile<T>(raw(bf, 3), CB, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+                    g.async_act);
+    stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc);
+    stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc);
+    cp_async_commit();
+  };
+  stage(g.n_ckpt - 1, int((g.n_ckpt - 1) & 1));
 
   for (int64_t c = g.n_ckpt - 1; c >= 0; --c) {
+    const int bf = int(c & 1);
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
     float hck[S];
     load_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
                    m.nvalid, hck);
-    // phase 0: per-(t, d) scalars
+    cp_async_wait_all();
+    __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
+    if (c > 0) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
+    // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
-      float dl = 0.f, uv = 0.f, dyv = 0.f, fd = 1.f, fz = 0.f;
+      const int e = k * CB + m.ch;
+      const float x = smem_f32(raw(bf, 0)[e]);
+      float dl = 0.f, dyv = 0.f;
       if (k < nk) {
-        const int64_t r = row0 + t0 + k;
-        const float x = load_f32(p.delta + r * p.ld_delta + m.d);
-        if (p.delta_bias) {
-          dl = act_softplus(x + bias);
-          fd = act_sigmoid(x + bias);
-        } else {
-          dl = x;
-        }
-        uv = load_f32(p.u + r * p.ld_u + m.d);
-        dyv = load_f32(p.dy + r * p.ld_dy + m.d);
-        if (p.z) {
-          const float zv = load_f32(p.z + r * p.ld_z + m.d);
-          fz = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
-          dyv = dyv * act_silu(zv);      // ∂L/∂y = dG·silu(z)
-        }
-        if (!m.dvalid) dyv = 0.f;  // padding channels add nothing to dB/dC
+        dl = has_sp ? act_softplus(x + bias) : x;
+        dyv = smem_f32(raw(bf, 2)[e]);  // 0 on padding channels and rows: nothing to dB/dC
       }
-      sc_delta[k * CB + m.ch] = dl;
-      sc_u[k * CB + m.ch] = uv;
-      sc_dy[k * CB + m.ch] = dyv;
-      sc_du[k * CB + m.ch] = m.dvalid ? dl * uv : 0.f;
-      sc_fd[k * CB + m.ch] = fd;
-      sc_fz[k * CB + m.ch] = fz;
+      if (has_sp) sc_fd[e] = act_sigmoid(x + bias);
+      if (has_z) {
+        const float zv = smem_f32(raw(bf, 3)[e]);
+        sc_fz[e] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
+        dyv = dyv * act_silu(zv);            // ∂L/∂y = dG·silu(z)
+      }
+      sc_delta[e] = dl;
+      sc_u[e] = smem_f32(raw(bf, 1)[e]);
+      sc_dy[e] = dyv;
     }
     __syncwarp();
-    const T* bp = p.Bm + (row0 + t0) * p.ld_B + m.n0;
-    const T* cp = p.Cm + (row0 + t0) * p.ld_C + m.n0;
+    const T* Bt = bct(bf, 0) + m.n0;
+    const T* Ct = bct(bf, 1) + m.n0;
 
-    // recompute the chunk's states into hs (and, with z, y for dz)
+    // recompute the chunk's states into hs (and, with z, y for dz); branch-free
     {
       float h[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) h[s] = hck[s];
 #pragma unroll 2
-      for (int k = 0; k < nk; ++k) {  // nk is block-uniform
+      for (int k = 0; k < K; ++k) {
         const float dl = sc_delta[k * CB + m.ch];
-        const float du = sc_du[k * CB + m.ch];
+        const float du = dl * sc_u[k * CB + m.ch];
         float bv[S];
-        load_vec<S>(bp + k * p.ld_B, vec_bc, m.nvalid, bv);
-        // sc_du is 0 on padding channels; their states then only decay (finite)
+        smem_vec<S>(Bt + k * DP, bv);
 #pragma unroll
         for (int s = 0; s < S; ++s) {
           const float dA = expm<E>(dl * a[s]);
           h[s] = fmaf(dA, h[s], du * bv[s]);
         }
-        float4* slot = hs_at(k);
+        float4* slot = hs_at(k, int(threadIdx.x));
 #pragma unroll
         for (int q4 = 0; q4 < S / 4; ++q4)
           slot[q4] = make_float4(h[4 * q4], h[4 * q4 + 1], h[4 * q4 + 2], h[4 * q4 + 3]);
-        if (p.z) {  // block-uniform
+        if (has_z) {  // block-uniform
           float cv[S];
-          load_vec<S>(cp + k * p.ld_C, vec_bc, m.nvalid, cv);
+          smem_vec<S>(Ct + k * DP, cv);
           float yp = 0.f;
 #pragma unroll
           for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
           const float ysum = group_sum(yp, L);
-          if (m.j == (k & (L - 1)) && m.dvalid) {
+          if (k < nk && m.j == (k & (L - 1)) && m.dvalid) {
             const float yv = ysum + __fmul_rn(Dd, sc_u[k * CB + m.ch]);
             store_rn(p.dz + (row0 + t0 + k) * p.ld_dz + m.d, sc_fz[k * CB + m.ch] * yv);
           }
@@ -373,63 +471,63 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
       }
     }
 
-    // walk the chunk backwards, Q steps per dB/dC batch
+    // walk the chunk backwards, Q steps per dB/dC batch; steps past T have dl = dy = 0:
+    // dA = 1 and dh, dAn (= 1), dal, dD unchanged
     for (int qb = (nk - 1) / Q; qb >= 0; --qb) {
 #pragma unroll 2
       for (int kk = Q - 1; kk >= 0; --kk) {
         const int k = qb * Q + kk;
-        if (k < nk) {  // block-uniform
-          const float dl = sc_delta[k * CB + m.ch];
-          const float uv = sc_u[k * CB + m.ch];
-          const float dyv = sc_dy[k * CB + m.ch];
-          float bv[S], cv[S], hp[S];
-          load_vec<S>(bp + k * p.ld_B, vec_bc, m.nvalid, bv);
-          load_vec<S>(cp + k * p.ld_C, vec_bc, m.nvalid, cv);
-          if (k > 0) {
-            const float4* prev = hs_at(k - 1);
+        const float dl = sc_delta[k * CB + m.ch];
+        const float uv = sc_u[k * CB + m.ch];
+        const float dyv = sc_dy[k * CB + m.ch];
+        float bv[S], cv[S], hp[S];
+        smem_vec<S>(Bt + k * DP, bv);
+        smem_vec<S>(Ct + k * DP, cv);
+        if (k > 0) {
+          const float4* prev = hs_at(k - 1, int(threadIdx.x));
 #pragma unroll
-            for (int q4 = 0; q4 < S / 4; ++q4) {
-              const float4 v = prev[q4];
-              hp[4 * q4] = v.x;
-              hp[4 * q4 + 1] = v.y;
-              hp[4 * q4 + 2] = v.z;
-              hp[4 * q4 + 3] = v.w;
-            }
-          } else {
-#pragma unroll
-            for (int s = 0; s < S; ++s) hp[s] = hck[s];
+          for (int q4 = 0; q4 < S / 4; ++q4) {
+            const float4 v = prev[q4];
+            hp[4 * q4] = v.x;
+            hp[4 * q4 + 1] = v.y;
+            hp[4 * q4 + 2] = v.z;
+            hp[4 * q4 + 3] = v.w;
           }
-          float S1 = 0.f, S2 = 0.f;
+        } else {
 #pragma unroll
-          for (int s = 0; s < S; ++s) {
-            const float dA = expm<E>(dl * a[s]);
-            dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
-            const float dhP = dh[s] * (dA * hp[s]);
-            dal[s] = fmaf(dl, dhP, dal[s]);
-            S2 = fmaf(a[s], dhP, S2);
-            S1 = fmaf(dh[s], bv[s], S1);
-            dAn[s] = dA;
-          }
-          // this warp's dh tile row (kk, wch)
-          float4* td = reinterpret_cast<float4*>(my_tile_dh + (kk * CW + wch) * DP + m.n0);
+          for (int s = 0; s < S; ++s) hp[s] = hck[s];
+        }
+        float S1 = 0.f, S2 = 0.f;
 #pragma unroll
-          for (int q4 = 0; q4 < S / 4; ++q4)
-            td[q4] = make_float4(dh[4 * q4], dh[4 * q4 + 1], dh[4 * q4 + 2], dh[4 * q4 + 3]);
-          S1 = group_sum(S1, L);
-          S2 = group_sum(S2, L) * exp_coef_inverse<E>();
-          dD_acc = fmaf(dyv, uv, dD_acc);
-          if (m.j == (k & (L - 1)) && m.dvalid) {
-            const int64_t r = row0 + t0 + k;
-            store_rn(p.d_delta + r * p.ld_dd + m.d, fmaf(uv, S1, S2) * sc_fd[k * CB + m.ch]);
-            store_rn(p.du + r * p.ld_du + m.d, fmaf(dl, S1, __fmul_rn(Dd, dyv)));
-          }
+        for (int s = 0; s < S; ++s) {
+          const float dA = expm<E>(dl * a[s]);
+          dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
+          const float dhP = dh[s] * (dA * hp[s]);
+          dal[s] = fmaf(dl, dhP, dal[s]);
+          S2 = fmaf(a[s], dhP, S2);
+          S1 = fmaf(dh[s], bv[s], S1);
+          dAn[s] = dA;
+        }
+        // this warp's dh tile row (kk, wch)
+        float4* td = reinterpret_cast<float4*>(my_tile_dh + (kk * CW + wch) * DP + m.n0);
+#pragma unroll
+        for (int q4 = 0; q4 < S / 4; ++q4)
+          td[q4] = make_float4(dh[4 * q4], dh[4 * q4 + 1], dh[4 * q4 + 2], dh[4 * q4 + 3]);
+        S1 = group_sum(S1, L);
+        S2 = group_sum(S2, L) * exp_coef_inverse<E>();
+        dD_acc = fmaf(dyv, uv, dD_acc);
+        if (k < nk && m.j == (k & (L - 1)) && m.dvalid) {
+          const int64_t r = row0 + t0 + k;
+          const float fd = has_sp ? sc_fd[k * CB + m.ch] : 1.f;
+          store_rn(p.d_delta + r * p.ld_dd + m.d, fmaf(uv, S1, S2) * fd);
+          store_rn(p.du + r * p.ld_du + m.d, fmaf(dl, S1, __fmul_rn(Dd, dyv)));
         }
       }
       __syncwarp();
-      // warp-level sums over the warp's CW channels: unit = (q, kk, n-quad);
-      // q = 0: dB = Σ (δ·u)·dh from the tile, q = 1: dC = Σ dy·h_t from hs
+      // warp-level sums over the warp's CW channels, channels ascending: unit =
+      // (q, kk, n-quad); q = 0: dB = Σ (δ·u)·dh from the tile, q = 1: dC = Σ dy·h_t from hs
       {
-        float* ws = wsum + size_t(buf) * W * 2 * Q * DP + size_t(m.warp) * 2 * Q * DP;
+        float* ws = wsum + size_t(wb) * W * 2 * Q * DP + size_t(m.warp) * 2 * Q * DP;
         const int nq = DP / 4;
         const int units = 2 * Q * nq;
         for (int u = m.lane; u < units; u += 32) {
@@ -437,16 +535,19 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
           const int kk = (u / nq) % Q;
           const int n4 = (u % nq) * 4;
           const int k = qb * Q + kk;
-          const float* sc = (q == 0 ? sc_du : sc_dy) + k * CB + m.warp * CW;
-          // the thread that holds states n4.. of channel cc of this warp
+          const int c0 = k * CB + m.warp * CW;  // scalars of the warp's first channel
           const int lane_of = n4 / S, sub = (n4 % S) / 4;
           float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
           for (int cc = 0; cc < CW; ++cc) {
-            const float w = sc[cc];
-            const float4 v =
-                q == 0 ? reinterpret_cast<const float4*>(my_tile_dh + (kk * CW + cc) * DP + n4)[0]
-                       : hs_at(k)[sub + (m.warp * 32 + cc * L + lane_of - int(threadIdx.x)) *
-                                            (S / 4)];
+            float w;
+            float4 v;
+            if (q == 0) {
+              w = sc_delta[c0 + cc] * sc_u[c0 + cc];
+              v = reinterpret_cast<const float4*>(my_tile_dh + (kk * CW + cc) * DP + n4)[0];
+            } else {
+              w = sc_dy[c0 + cc];
+              v = hs_at(k, m.warp * 32 + cc * L + lane_of)[sub];
+            }
             acc.x = fmaf(w, v.x, acc.x);
             acc.y = fmaf(w, v.y, acc.y);
             acc.z = fmaf(w, v.z, acc.z);
@@ -455,10 +556,10 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
           reinterpret_cast<float4*>(ws + (q * Q + kk) * DP + n4)[0] = acc;
         }
       }
-      __syncthreads();  // every warp's sums of this batch are in wsum[buf]
+      __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
-        const float* wb = wsum + size_t(buf) * W * 2 * Q * DP;
+        const float* wbuf = wsum + size_t(wb) * W * 2 * Q * DP;
         const int outs = 2 * Q * int(p.ds);
         for (int o = int(threadIdx.x); o < outs; o += int(blockDim.x)) {
           const int q = o / (Q * int(p.ds));
@@ -467,15 +568,14 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
           const int64_t t = t0 + qb * Q + kk;
           if (t < p.T) {
             float acc = 0.f;
-            for (int w = 0; w < W; ++w) acc += wb[size_t(w) * 2 * Q * DP + (q * Q + kk) * DP + n];
+            for (int w = 0; w < W; ++w) acc += wbuf[size_t(w) * 2 * Q * DP + (q * Q + kk) * DP + n];
             float* part = q == 0 ? p.dB_part : p.dC_part;
             part[((row0 + t) * g.nblk_d + m.dblk) * p.ds + n] = acc;
           }
         }
       }
-      buf ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
+      wb ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }
-    __syncthreads();  // hs, the scalars and the tiles are rewritten by the next chunk
   }
 
   if (m.dvalid && m.nvalid > 0) {

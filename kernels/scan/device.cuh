@@ -68,8 +68,11 @@ __device__ __forceinline__ float shfl_idx(float v, int src_lane) {
 }
 // Σ over the L lanes of the group; every lane gets the same bits (the xor
 // butterfly adds the same two operands on both partners, and + commutes).
+// Unrolled over the five possible levels, each one predicated on L (uniform).
 __device__ __forceinline__ float group_sum(float v, int L) {
-  for (int m = 1; m < L; m <<= 1) v += shfl_xor(v, m);
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1)
+    if (m < L) v += shfl_xor(v, m);
   return v;
 }
 
@@ -137,6 +140,96 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, bool vec, int v
 template <int S>
 __device__ __forceinline__ void load_vec(const __half* p, bool vec, int valid, float (&v)[S]) {
   load_vec_half<__half, S>(p, vec, valid, v);
+}
+
+// ---- asynchronous global -> shared copies (cp.async, sm_80+) -------------------------
+// 16 bytes per call; both addresses 16-byte aligned. commit closes a group, wait_all
+// waits for every group of the calling thread (a __syncthreads then publishes them).
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc) {
+#if defined(MC_SCAN_HOST_EMULATION)
+  memcpy(smem_dst, gsrc, 16);
+#else
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gsrc) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if !defined(MC_SCAN_HOST_EMULATION)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if !defined(MC_SCAN_HOST_EMULATION)
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// ---- shared-memory element access ----------------------------------------------------
+__device__ __forceinline__ float smem_f32(const float& x) { return x; }
+__device__ __forceinline__ float smem_f32(const __nv_bfloat16& x) { return __bfloat162float(x); }
+__device__ __forceinline__ float smem_f32(const __half& x) { return __half2float(x); }
+template <class T>
+__host__ __device__ __forceinline__ T zero_elem() {
+  return T(0.0f);
+}
+
+// S consecutive elements of a shared-memory row (S a multiple of 4; the row is
+// 4-element aligned), upcast to f32, always as vectors.
+template <int S>
+__device__ __forceinline__ void smem_vec(const float* p, float (&v)[S]) {
+#pragma unroll
+  for (int q = 0; q < S / 4; ++q) {
+    const float4 x = reinterpret_cast<const float4*>(p)[q];
+    v[4 * q] = x.x;
+    v[4 * q + 1] = x.y;
+    v[4 * q + 2] = x.z;
+    v[4 * q + 3] = x.w;
+  }
+}
+template <class H, int S>
+__device__ __forceinline__ void smem_vec_half(const H* p, float (&v)[S]) {
+#pragma unroll
+  for (int q = 0; q < S / 4; ++q) {
+    const uint2 w = reinterpret_cast<const uint2*>(p)[q];
+    v[4 * q] = half_bits_to_f32<H>((unsigned short)(w.x & 0xffffu));
+    v[4 * q + 1] = half_bits_to_f32<H>((unsigned short)(w.x >> 16));
+    v[4 * q + 2] = half_bits_to_f32<H>((unsigned short)(w.y & 0xffffu));
+    v[4 * q + 3] = half_bits_to_f32<H>((unsigned short)(w.y >> 16));
+  }
+}
+template <int S>
+__device__ __forceinline__ void smem_vec(const __nv_bfloat16* p, float (&v)[S]) {
+  smem_vec_half<__nv_bfloat16, S>(p, v);
+}
+template <int S>
+__device__ __forceinline__ void smem_vec(const __half* p, float (&v)[S]) {
+  smem_vec_half<__half, S>(p, v);
+}
+
+// A [rows][cols] tile of a row-strided global view into shared memory [rows][dst_ld]:
+// rows >= rows_valid and columns >= cols_valid are zero-filled. With `async16` (a
+// full tile whose global rows are 16-byte aligned and whose width is a multiple
+// of 16 bytes) through cp.async, else with plain loads. Every thread of the block
+// calls it (block-cooperative); the copies are complete after cp_async_wait_all()
+// and visible after the next __syncthreads().
+template <class T>
+__device__ __forceinline__ void stage_tile(T* dst, int dst_ld, const T* src, int64_t ld, int rows,
+                                           int cols, int rows_valid, int cols_valid,
+                                           bool async16) {
+  constexpr int kPer16 = int(16 / sizeof(T));
+  const int tid = int(threadIdx.x), nt = int(blockDim.x);
+  if (async16 && rows_valid == rows && cols_valid == cols) {
+    const int upr = cols / kPer16;
+    for (int u = tid; u < rows * upr; u += nt) {
+      const int r = u / upr, q = u - r * upr;
+      cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+    }
+  } else {
+    for (int e = tid; e < rows * cols; e += nt) {
+      const int r = e / cols, c = e - r * cols;
+      dst[r * dst_ld + c] = (r < rows_valid && c < cols_valid) ? src[r * ld + c] : zero_elem<T>();
+    }
+  }
 }
 
 // ---- activations of the fused epilogues (the same forms as kernels/typed.cuh) ---------

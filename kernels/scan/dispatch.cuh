@@ -32,15 +32,15 @@ constexpr DType dtype_of() {
                                        : (std::is_same<T, __half>::value ? DType::F16 : DType::BF16);
 }
 
-// Rows of T may be read as 4-element vectors: base and row stride 4-element aligned.
+// Rows of `cols` elements of T at p + r*ld can be copied in 16-byte cp.async units.
 template <class T>
-bool vec_rows(const T* p, int64_t ld) {
-  const size_t a = 4 * sizeof(T);
-  return reinterpret_cast<uintptr_t>(p) % a == 0 && (size_t(ld) * sizeof(T)) % a == 0;
+bool async_rows(const T* p, int64_t ld, int64_t cols) {
+  return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16 == 0 &&
+                          (size_t(ld) * sizeof(T)) % 16 == 0 && (size_t(cols) * sizeof(T)) % 16 == 0);
 }
 
-// Largest dynamic shared memory any checkpointed launch asks for (the attribute only permits).
-constexpr size_t kCkptSmemCap = size_t(200) << 10;
+// Largest dynamic shared memory of a block on sm_90 (the attribute only permits).
+constexpr size_t kCkptSmemCap = 232448;
 
 // ---- checkpointed forward ---------------------------------------------------------------
 template <class T, int S, int K>
@@ -72,8 +72,12 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   a.ld_y = effective_ld(fn, "y", p.y.ld, s.di);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
-  g.vec_bc = s.ds % S == 0 && vec_rows(a.Bm, a.ld_B) && vec_rows(a.Cm, a.ld_C);
-  const size_t smem = ckpt_fwd_smem_floats(g, K) * sizeof(float);
+  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
+  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
+                async_rows(a.z, a.ld_z, pl.cb);
+  const size_t smem =
+      ckpt_smem(g, K, S, sizeof(T), fwd_n_act(a.z != nullptr), fwd_n_sc(a.z != nullptr), false)
+          .total;
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
@@ -142,8 +146,12 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   a.dh0 = p.dh0;
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
-  g.vec_bc = s.ds % S == 0 && vec_rows(a.Bm, a.ld_B) && vec_rows(a.Cm, a.ld_C);
-  const size_t smem = ckpt_bwd_smem_floats(g, K, S) * sizeof(float);
+  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
+  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
+                async_rows(a.z, a.ld_z, pl.cb) && async_rows(a.dy, a.ld_dy, pl.cb);
+  const size_t smem = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(a.z != nullptr),
+                                bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr), true)
+                          .total;
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";

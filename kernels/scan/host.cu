@@ -140,7 +140,9 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
     pl.lanes *= 2;
     ++pl.log2_lanes;
   }
-  pl.warps = warps > 0 ? warps : 4;
+  // 4 warps; 2 when one lane serves a channel (d_state <= 4), whose 128 channels'
+  // staged rows would otherwise keep the block from sharing an SM
+  pl.warps = warps > 0 ? warps : (pl.lanes == 1 ? 2 : 4);
   pl.cb = pl.warps * 32 / pl.lanes;
   pl.ds_pad = pl.lanes * pl.S;
   pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
@@ -151,8 +153,11 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   g.warps = pl.warps;
   g.cb = pl.cb;
   g.ds_pad = pl.ds_pad;
-  pl.smem_bytes = sizeof(float) * (backward ? ckpt_bwd_smem_floats(g, pl.K, pl.S)
-                                            : ckpt_fwd_smem_floats(g, pl.K));
+  // f32 storage, no fused epilogue (the launch computes its own case)
+  pl.smem_bytes = backward ? ckpt_smem(g, pl.K, pl.S, 4, bwd_n_act(false), bwd_n_sc(false, false),
+                                       true).total
+                           : ckpt_smem(g, pl.K, pl.S, 4, fwd_n_act(false), fwd_n_sc(false), false)
+                                 .total;
   return pl;
 }
 

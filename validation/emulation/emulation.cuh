@@ -196,7 +196,7 @@ inline void __syncwarp(unsigned = 0xffffffffu) { ::mc::kern::emu::syncthreads();
 
 namespace mc::kern::scan_detail {
 
-inline float smem[emu::kSmemFloats];
+alignas(16) inline float smem[emu::kSmemFloats];
 
 template <class... P, class... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
