@@ -2,10 +2,14 @@
 // k-rule comparison (see model_check.hpp).
 #include "check/model_check.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <sstream>
 
+#include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/model.hpp"
 #include "core/param_layout.hpp"
 #include "check/problem.hpp"
@@ -20,9 +24,11 @@ void quantise(std::vector<float>& v, int64_t off, int64_t n, DType t) {
   for (int64_t i = off; i < off + n; ++i) v[size_t(i)] = round_to(t, v[size_t(i)]);
 }
 
+using Ensemble = std::vector<std::vector<double>>;  // one field of every ensemble run
+
 void add_rule(Comparison& c, const std::string& name, const std::vector<float>& K,
               const std::vector<double>& O, const std::vector<float>& P, int64_t off, int64_t n,
-              DType dtype) {
+              DType dtype, const Ensemble* ens) {
   KRuleResult r;
   r.tensor = name;
   if (int64_t(K.size()) < off + n || int64_t(O.size()) < off + n || int64_t(P.size()) < off + n) {
@@ -40,15 +46,32 @@ void add_rule(Comparison& c, const std::string& name, const std::vector<float>& 
   }
   c.tensors.push_back(
       k_rule(name, K.data() + off, O.data() + off, P.data() + off, n, dtype, k_limit_for(dtype)));
+  if (ens && !ens->empty()) {
+    std::vector<const double*> runs;
+    for (const auto& e : *ens) {
+      if (int64_t(e.size()) < off + n) return;  // a size mismatch already failed above
+      runs.push_back(e.data() + off);
+    }
+    c.tensors.back().stats = stat_check(K.data() + off, O.data() + off, P.data() + off, runs, n);
+  }
 }
 
 // One comparison per layer of a per-layer tensor [L, B, di, w].
 void add_per_layer(Comparison& c, const std::string& what, const Dims& d, int64_t B, int64_t w,
                    const std::vector<float>& K, const std::vector<double>& O,
-                   const std::vector<float>& P, DType dtype) {
+                   const std::vector<float>& P, DType dtype, const Ensemble* ens) {
   const int64_t per = B * d.di * w;
   for (int64_t l = 0; l < d.L; ++l)
-    add_rule(c, "layers." + std::to_string(l) + "." + what, K, O, P, l * per, per, dtype);
+    add_rule(c, "layers." + std::to_string(l) + "." + what, K, O, P, l * per, per, dtype, ens);
+}
+
+// One field of every ensemble run (or null without an ensemble).
+template <class Get>
+std::unique_ptr<Ensemble> field_of(const std::vector<ModelOutputs<double>>* ens, Get get) {
+  if (!ens) return nullptr;
+  auto out = std::make_unique<Ensemble>();
+  for (const auto& e : *ens) out->push_back(get(e));
+  return out;
 }
 
 }  // namespace
@@ -110,7 +133,7 @@ double k_limit_for(DType dtype) { return dtype == DType::F32 ? kF32KLimit : kTyp
 bool Comparison::pass() const {
   if (tensors.empty()) return false;
   for (const auto& r : tensors)
-    if (!r.pass) return false;
+    if (!r.verdict()) return false;
   return true;
 }
 
@@ -130,40 +153,73 @@ double Comparison::max_headroom() const {
 std::string Comparison::report(bool failures_only) const {
   std::ostringstream os;
   for (const auto& r : tensors)
-    if (!failures_only || !r.pass) os << label << " | " << r.summary() << "\n";
+    if (!failures_only || !r.verdict()) os << label << " | " << r.summary() << "\n";
   return os.str();
 }
 
 Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const ModelOutputs<float>& K, const ModelOutputs<double>& O,
-                         const ModelOutputs<float>& P) {
+                         const ModelOutputs<float>& P,
+                         const std::vector<ModelOutputs<double>>* ens) {
   const Dims d = Dims::from(in.cfg);
   const ParamLayout lay(d);
   const DType t = in.dtype;
   Comparison c;
   c.label = label;
   const int64_t R = in.B * in.T;
-  add_rule(c, "out", K.out, O.out, P.out, 0, R * d.dm, t);
-  add_per_layer(c, "conv_final", d, in.B, d.dc, K.conv_final, O.conv_final, P.conv_final, t);
-  add_per_layer(c, "ssm_final", d, in.B, d.ds, K.ssm_final, O.ssm_final, P.ssm_final, t);
+  using MO = ModelOutputs<double>;
+  const auto e_out = field_of(ens, [](const MO& m) { return m.out; });
+  const auto e_conv = field_of(ens, [](const MO& m) { return m.conv_final; });
+  const auto e_ssm = field_of(ens, [](const MO& m) { return m.ssm_final; });
+  const auto e_grads = field_of(ens, [](const MO& m) { return m.grads; });
+  const auto e_dx = field_of(ens, [](const MO& m) { return m.dX; });
+  const auto e_dconv = field_of(ens, [](const MO& m) { return m.d_conv0; });
+  const auto e_dssm = field_of(ens, [](const MO& m) { return m.d_ssm0; });
+  add_rule(c, "out", K.out, O.out, P.out, 0, R * d.dm, t, e_out.get());
+  add_per_layer(c, "conv_final", d, in.B, d.dc, K.conv_final, O.conv_final, P.conv_final, t,
+                e_conv.get());
+  add_per_layer(c, "ssm_final", d, in.B, d.ds, K.ssm_final, O.ssm_final, P.ssm_final, t,
+                e_ssm.get());
   for (const ParamEntry& e : lay.entries)
-    add_rule(c, "grad." + e.name, K.grads, O.grads, P.grads, e.offset, e.size, t);
-  add_rule(c, "d_input", K.dX, O.dX, P.dX, 0, R * d.mid, t);
-  add_per_layer(c, "d_conv0", d, in.B, d.dc, K.d_conv0, O.d_conv0, P.d_conv0, t);
-  add_per_layer(c, "d_ssm0", d, in.B, d.ds, K.d_ssm0, O.d_ssm0, P.d_ssm0, t);
+    add_rule(c, "grad." + e.name, K.grads, O.grads, P.grads, e.offset, e.size, t, e_grads.get());
+  add_rule(c, "d_input", K.dX, O.dX, P.dX, 0, R * d.mid, t, e_dx.get());
+  add_per_layer(c, "d_conv0", d, in.B, d.dc, K.d_conv0, O.d_conv0, P.d_conv0, t, e_dconv.get());
+  add_per_layer(c, "d_ssm0", d, in.B, d.ds, K.d_ssm0, O.d_ssm0, P.d_ssm0, t, e_dssm.get());
   return c;
+}
+
+std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType storage, int runs,
+                                               uint64_t seed, bool backward) {
+  std::vector<ModelOutputs<double>> out;
+  for (int r = 0; r < runs; ++r) {
+#pragma omp parallel
+    {
+      ref::Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(r) * 0x100000001b3ULL +
+                     uint64_t(omp_get_thread_num()) + 1);
+    }
+    const ModelOutputs<ref::Mca> m = oracle_run<ref::Mca>(in, storage, backward);
+    auto d = [](const std::vector<ref::Mca>& v) {
+      std::vector<double> x(v.size());
+      for (size_t i = 0; i < v.size(); ++i) x[i] = double(v[i]);
+      return x;
+    };
+    out.push_back({d(m.out), d(m.conv_final), d(m.ssm_final), d(m.grads), d(m.dX), d(m.d_conv0),
+                   d(m.d_ssm0)});
+  }
+  return out;
 }
 
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan, gpu::GemmMath gemm,
-                                    bool check_finite) {
+                                    bool check_finite, int stat_runs) {
   const ModelInputs in = make_model_inputs(cfg, B, T, seed, dtype);
   const auto O = oracle_run<double>(in, DType::F32);
   const auto P = oracle_run<float>(in, dtype);
   const auto K = gpu_run(in, scan, gemm, check_finite);
+  const auto E = mca_ensemble(in, dtype, stat_runs, seed);
   return compare_model(describe(cfg, B, T) + " dtype=" + to_string(dtype) +
                            " scan=" + to_string(scan),
-                       in, K, O, P);
+                       in, K, O, P, stat_runs > 0 ? &E : nullptr);
 }
 
 }  // namespace mc::check

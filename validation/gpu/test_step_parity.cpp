@@ -6,6 +6,12 @@
 // inputs, P = ref step in float (same-precision baseline);
 //   pass  <=>  max|K − O| <= kF32KLimit · max|P − O| + atol   (atol = 2 ulp at max|O|).
 // The measured k is printed and recorded (RecordProperty "k.<tensor>").
+// Beside it every compared tensor gets the statistical checks of check/stats.hpp
+// (bias and magnitude bias in units of the ensemble's noise, k_rms against its
+// derived limit; docs/precision-statistics.md): the reference side of each step
+// is one generic lambda run in double (O), float (P) and check::kStatRuns times
+// in Monte Carlo arithmetic (the ensemble), typed outputs stored with round to
+// nearest in P and one random rounding of the dtype in the ensemble.
 // Shapes include odd sizes, every d_conv in 1..8, T below/at/above the conv
 // chunk, non-zero carried states and state gradients; exact steps (copies,
 // casts, gathers, the non-finite scanner) are compared bitwise. Also: the
@@ -28,7 +34,10 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "check/compare.hpp"
+#include "check/stats.hpp"
 #include "kernels/conv.cuh"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_context.hpp"
@@ -39,6 +48,7 @@
 #include "gpu/model.hpp"
 #include "check/problem.hpp"
 #include "kernels/reduce.cuh"
+#include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/steps.hpp"
 #include "core/storage.hpp"
 
@@ -62,6 +72,59 @@ std::vector<float> uniform(int64_t n, uint64_t seed, double lo, double hi) {
 }
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// ---- the reference side: O (double), P (float), the ensemble (Monte Carlo arithmetic) --
+
+using mc::ref::Mca;
+
+template <class S>
+std::vector<S> as(const std::vector<float>& v) {
+  return std::vector<S>(v.begin(), v.end());
+}
+// A typed store of a reference value: none in O, round to nearest in P, one random
+// rounding of the dtype's unit roundoff in an ensemble run.
+double store(DType, double x) { return x; }
+float store(DType t, float x) { return mc::round_to(t, x); }
+Mca store(DType t, Mca x) { return mc::ref::round_to(t, x); }
+template <class S>
+std::vector<S> store(DType t, std::vector<S> v) {
+  if (t != DType::F32)
+    for (auto& x : v) x = store(t, x);
+  return v;
+}
+
+template <class S>
+std::vector<double> as_double(const std::vector<S>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = double(v[i]);
+  return r;
+}
+
+// Every output tensor of one step's reference, in the three precisions.
+struct StepRefs {
+  std::vector<std::vector<double>> O;
+  std::vector<std::vector<float>> P;
+  std::vector<std::vector<std::vector<double>>> M;  // [run][output]
+};
+
+// f(tag) computes the step in scalar decltype(tag) and returns its outputs.
+template <class F>
+StepRefs step_refs(F f, uint64_t seed) {
+  StepRefs r;
+  for (const auto& o : f(double{})) r.O.push_back(o);
+  for (const auto& p : f(float{})) r.P.push_back(p);
+  for (int k = 0; k < mc::check::kStatRuns; ++k) {
+#pragma omp parallel
+    {
+      Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(k) * 0x100000001b3ULL +
+                uint64_t(omp_get_thread_num()) + 1);
+    }
+    std::vector<std::vector<double>> run;
+    for (const auto& m : f(Mca{})) run.push_back(as_double(m));
+    r.M.push_back(std::move(run));
+  }
+  return r;
+}
 
 template <class T>
 DeviceBuffer<T> to_device(const std::vector<T>& h, const char* name, cudaStream_t s) {
@@ -94,18 +157,22 @@ class StepParity : public mc::testing::GpuTest {
   }
   cudaStream_t s() const { return ctx_->stream(); }
 
-  // The k-rule of compare.hpp for one tensor stored as `dtype` (F32: the f32
-  // rule with kF32KLimit; BF16/F16: kTypedKLimit); prints and records k.
-  void expect_k(const std::string& tensor, const std::vector<float>& K,
-                const std::vector<double>& O, const std::vector<float>& P,
-                DType dtype = DType::F32) {
-    ASSERT_EQ(K.size(), O.size()) << tensor;
-    ASSERT_EQ(P.size(), O.size()) << tensor;
+  // The k-rule and the statistical checks for output `i` of a step's references.
+  void expect_k(const std::string& tensor, const std::vector<float>& K, const StepRefs& r,
+                size_t i, DType dtype = DType::F32) {
+    ASSERT_LT(i, r.O.size()) << tensor;
+    ASSERT_EQ(K.size(), r.O[i].size()) << tensor;
+    ASSERT_EQ(r.P[i].size(), r.O[i].size()) << tensor;
     const double limit = dtype == DType::F32 ? mc::check::kF32KLimit : mc::check::kTypedKLimit;
-    const auto r = mc::check::k_rule(tensor, K, O, P, dtype, limit);
-    std::cout << "  " << r.summary() << "\n";
-    RecordProperty("k." + tensor, std::to_string(r.k));
-    EXPECT_TRUE(r.pass) << r.summary();
+    auto res = mc::check::k_rule(tensor, K, r.O[i], r.P[i], dtype, limit);
+    std::vector<const double*> runs;
+    for (const auto& m : r.M) runs.push_back(m[i].data());
+    res.stats = mc::check::stat_check(K.data(), r.O[i].data(), r.P[i].data(), runs,
+                                      int64_t(K.size()));
+    std::cout << "  " << res.summary() << "\n";
+    RecordProperty("k." + tensor, std::to_string(res.k));
+    RecordProperty("k_rms." + tensor, std::to_string(res.stats.k_rms));
+    EXPECT_TRUE(res.verdict()) << res.summary();
   }
 
   template <class T>
@@ -130,18 +197,22 @@ TEST_F(StepParity, RmsNormForward) {
     const std::string tag = shape_tag({{"R", R}, {"D", D}});
     const auto x = uniform(R * D, 11 + R, -2.0, 2.0);
     const auto g = uniform(D, 12 + D, 0.5, 1.5);
-    std::vector<float> yP(sz(R * D)), rmsP(sz(R));
-    std::vector<double> yO(sz(R * D)), rmsO(sz(R));
-    mc::ref::rmsnorm_fwd<float>(x.data(), g.data(), R, D, eps, yP.data(), rmsP.data());
-    const auto xd = to_double(x), gd = to_double(g);
-    mc::ref::rmsnorm_fwd<double>(xd.data(), gd.data(), R, D, eps, yO.data(), rmsO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto xs = as<S>(x), gs = as<S>(g);
+          std::vector<S> y(sz(R * D)), rms(sz(R));
+          mc::ref::rmsnorm_fwd<S>(xs.data(), gs.data(), R, D, eps, y.data(), rms.data());
+          return std::vector<std::vector<S>>{y, rms};
+        },
+        11 + R);
 
     auto dx = to_device(x, "x", s());
     auto dg = to_device(g, "g", s());
     DeviceBuffer<float> dy(sz(R * D), "y"), drms(sz(R), "rms");
     mc::kern::rmsnorm_fwd<float>(dx.get(), dg.get(), R, D, eps, dy.get(), drms.get(), s());
-    expect_k("rmsnorm_fwd.y." + tag, to_host(dy, s()), yO, yP);
-    expect_k("rmsnorm_fwd.rms." + tag, to_host(drms, s()), rmsO, rmsP);
+    expect_k("rmsnorm_fwd.y." + tag, to_host(dy, s()), ref, 0);
+    expect_k("rmsnorm_fwd.rms." + tag, to_host(drms, s()), ref, 1);
   }
 }
 
@@ -155,13 +226,16 @@ TEST_F(StepParity, RmsNormBackward) {
     std::vector<float> rms(sz(R)), tmp(sz(R * D));
     mc::ref::rmsnorm_fwd<float>(x.data(), g.data(), R, D, 1e-5, tmp.data(), rms.data());
 
-    std::vector<float> dxP(sz(R * D)), dgP = dg0;
-    mc::ref::rmsnorm_bwd<float>(dyv.data(), x.data(), g.data(), rms.data(), R, D, dxP.data(),
-                                dgP.data());
-    const auto xd = to_double(x), gd = to_double(g), dyd = to_double(dyv), rmsd = to_double(rms);
-    std::vector<double> dxO(sz(R * D)), dgO = to_double(dg0);
-    mc::ref::rmsnorm_bwd<double>(dyd.data(), xd.data(), gd.data(), rmsd.data(), R, D, dxO.data(),
-                                 dgO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto xs = as<S>(x), gs = as<S>(g), dys = as<S>(dyv), rs = as<S>(rms);
+          std::vector<S> dx(sz(R * D)), dg = as<S>(dg0);
+          mc::ref::rmsnorm_bwd<S>(dys.data(), xs.data(), gs.data(), rs.data(), R, D, dx.data(),
+                                  dg.data());
+          return std::vector<std::vector<S>>{dx, dg};
+        },
+        21 + R);
 
     auto d_dy = to_device(dyv, "dy", s());
     auto d_x = to_device(x, "x", s());
@@ -172,9 +246,9 @@ TEST_F(StepParity, RmsNormBackward) {
     DeviceBuffer<float> scratch(mc::kern::rmsnorm_bwd_scratch_floats(R, D), "scratch");
     mc::kern::rmsnorm_bwd<float>(d_dy.get(), d_x.get(), d_g.get(), d_rms.get(), R, D, d_dx.get(),
                                  d_dg.get(), scratch.get(), s());
-    expect_k("rmsnorm_bwd.dx." + tag, to_host(d_dx, s()), dxO, dxP);
+    expect_k("rmsnorm_bwd.dx." + tag, to_host(d_dx, s()), ref, 0);
     const auto dg_first = to_host(d_dg, s());
-    expect_k("rmsnorm_bwd.dg." + tag, dg_first, dgO, dgP);
+    expect_k("rmsnorm_bwd.dg." + tag, dg_first, ref, 1);
 
     // Rule B: the same launch again gives the same bits.
     d_dg.upload(dg0.data(), dg0.size(), s());
@@ -205,11 +279,15 @@ TEST_F(StepParity, GemmForwardWithF32Bias) {
       for (int64_t k = 0; k < K; ++k) X[size_t(m * K + k)] = Xs[size_t(m * ldx + k)];
     const auto W = uniform(K * N, 32 + K, -1.0, 1.0);
     const auto b = uniform(N, 33 + N, -1.0, 1.0);
-    std::vector<float> YP(sz(M * N));
-    mc::ref::linear_fwd<float>(X.data(), W.data(), b.data(), M, K, N, YP.data());
-    const auto Xd = to_double(X), Wd = to_double(W), bd = to_double(b);
-    std::vector<double> YO(sz(M * N));
-    mc::ref::linear_fwd<double>(Xd.data(), Wd.data(), bd.data(), M, K, N, YO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto Xs = as<S>(X), Ws = as<S>(W), bs = as<S>(b);
+          std::vector<S> Y(sz(M * N));
+          mc::ref::linear_fwd<S>(Xs.data(), Ws.data(), bs.data(), M, K, N, Y.data());
+          return std::vector<std::vector<S>>{Y};
+        },
+        31 + M);
 
     auto dX = to_device(Xs, "X", s());
     auto dW = to_device(W, "W", s());
@@ -217,7 +295,7 @@ TEST_F(StepParity, GemmForwardWithF32Bias) {
     DeviceBuffer<float> dY(sz(M * N), "Y");
     gemm.forward<float, float>("test forward", dX.get(), ldx, dW.get(), dY.get(), N, M, K, N);
     mc::kern::bias_add_round<float>(dY.get(), db.get(), M, N, s());
-    expect_k("gemm_fwd_bias.Y." + tag, to_host(dY, s()), YO, YP);
+    expect_k("gemm_fwd_bias.Y." + tag, to_host(dY, s()), ref, 0);
   }
 }
 
@@ -229,13 +307,16 @@ TEST_F(StepParity, GemmInputGradAndWeightGrad) {
     const auto W = uniform(K * N, 42 + K, -1.0, 1.0);
     const auto dYv = uniform(M * N, 43 + N, -1.0, 1.0);
     const auto dW0 = uniform(K * N, 44 + N, -1.0, 1.0);  // dW accumulates (beta = 1)
-    std::vector<float> dXP(sz(M * K)), dWP = dW0;
-    mc::ref::linear_bwd_dx<float>(dYv.data(), W.data(), M, K, N, dXP.data());
-    mc::ref::linear_bwd_dw<float>(X.data(), dYv.data(), M, K, N, dWP.data());
-    const auto Xd = to_double(X), Wd = to_double(W), dYd = to_double(dYv);
-    std::vector<double> dXO(sz(M * K)), dWO = to_double(dW0);
-    mc::ref::linear_bwd_dx<double>(dYd.data(), Wd.data(), M, K, N, dXO.data());
-    mc::ref::linear_bwd_dw<double>(Xd.data(), dYd.data(), M, K, N, dWO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto Xs = as<S>(X), Ws = as<S>(W), dYs = as<S>(dYv);
+          std::vector<S> dX(sz(M * K)), dW = as<S>(dW0);
+          mc::ref::linear_bwd_dx<S>(dYs.data(), Ws.data(), M, K, N, dX.data());
+          mc::ref::linear_bwd_dw<S>(Xs.data(), dYs.data(), M, K, N, dW.data());
+          return std::vector<std::vector<S>>{dX, dW};
+        },
+        41 + M);
 
     auto d_X = to_device(X, "X", s());
     auto d_W = to_device(W, "W", s());
@@ -244,8 +325,8 @@ TEST_F(StepParity, GemmInputGradAndWeightGrad) {
     DeviceBuffer<float> d_dX(sz(M * K), "dX");
     gemm.input_grad<float, float>("test dX", d_dY.get(), d_W.get(), d_dX.get(), M, K, N);
     gemm.weight_grad<float>("test dW", d_X.get(), K, d_dY.get(), d_dW.get(), M, K, N);
-    expect_k("gemm_dx." + tag, to_host(d_dX, s()), dXO, dXP);
-    expect_k("gemm_dw_accumulate." + tag, to_host(d_dW, s()), dWO, dWP);
+    expect_k("gemm_dx." + tag, to_host(d_dX, s()), ref, 0);
+    expect_k("gemm_dw_accumulate." + tag, to_host(d_dW, s()), ref, 1);
   }
 }
 
@@ -257,9 +338,15 @@ TEST_F(StepParity, SplitGateSiluAndConcatHalves) {
     const auto P = uniform(R * 2 * di, 51 + R, -8.0, 8.0);
     std::vector<float> xbP(sz(R * di)), zP(sz(R * di)), gsP(sz(R * di));
     mc::ref::split_gate_silu_fwd<float>(P.data(), R, di, xbP.data(), zP.data(), gsP.data());
-    const auto Pd = to_double(P);
-    std::vector<double> xbO(sz(R * di)), zO(sz(R * di)), gsO(sz(R * di));
-    mc::ref::split_gate_silu_fwd<double>(Pd.data(), R, di, xbO.data(), zO.data(), gsO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto Ps = as<S>(P);
+          std::vector<S> xb(sz(R * di)), z(sz(R * di)), gs(sz(R * di));
+          mc::ref::split_gate_silu_fwd<S>(Ps.data(), R, di, xb.data(), z.data(), gs.data());
+          return std::vector<std::vector<S>>{gs};
+        },
+        51 + R);
 
     auto dP = to_device(P, "P", s());
     DeviceBuffer<float> dxb(sz(R * di), "xb"), dz(sz(R * di), "z"), dgs(sz(R * di), "gs");
@@ -267,7 +354,7 @@ TEST_F(StepParity, SplitGateSiluAndConcatHalves) {
     const auto xbK = to_host(dxb, s()), zK = to_host(dz, s());
     EXPECT_EQ(xbK, xbP) << "split x half is a copy: " << tag;
     EXPECT_EQ(zK, zP) << "split gate half is a copy: " << tag;
-    expect_k("split_gate_silu.gs." + tag, to_host(dgs, s()), gsO, gsP);
+    expect_k("split_gate_silu.gs." + tag, to_host(dgs, s()), ref, 0);
 
     // concat_halves is the inverse layout: [xb | z] == P, bitwise.
     DeviceBuffer<float> dP2(sz(R * 2 * di), "P2");
@@ -303,10 +390,16 @@ TEST_F(StepParity, Conv1dSiluForwardWithCarriedState) {
     std::vector<float> stP = state0, winP(sz(n * dc)), pcP(sz(n)), uP(sz(n));
     mc::ref::conv1d_silu_fwd<float>(xb.data(), w.data(), bias.data(), B, T, di, dc, stP.data(),
                                     winP.data(), pcP.data(), uP.data());
-    const auto xbd = to_double(xb), wd = to_double(w), bd = to_double(bias);
-    std::vector<double> stO = to_double(state0), winO(sz(n * dc)), pcO(sz(n)), uO(sz(n));
-    mc::ref::conv1d_silu_fwd<double>(xbd.data(), wd.data(), bd.data(), B, T, di, dc, stO.data(),
-                                     winO.data(), pcO.data(), uO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto xs = as<S>(xb), ws = as<S>(w), bs = as<S>(bias);
+          std::vector<S> st = as<S>(state0), win(sz(n * dc)), pc(sz(n)), u(sz(n));
+          mc::ref::conv1d_silu_fwd<S>(xs.data(), ws.data(), bs.data(), B, T, di, dc, st.data(),
+                                      win.data(), pc.data(), u.data());
+          return std::vector<std::vector<S>>{pc, u};
+        },
+        61 + T);
 
     auto d_xb = to_device(xb, "xb", s());
     auto d_w = to_device(w, "w", s());
@@ -318,8 +411,8 @@ TEST_F(StepParity, Conv1dSiluForwardWithCarriedState) {
     // Windows and the final state are copies of inputs: bitwise.
     EXPECT_EQ(to_host(d_win, s()), winP) << "conv windows " << tag;
     EXPECT_EQ(to_host(d_st, s()), stP) << "conv final state " << tag;
-    expect_k("conv_fwd.pc." + tag, to_host(d_pc, s()), pcO, pcP);
-    expect_k("conv_fwd.u." + tag, to_host(d_u, s()), uO, uP);
+    expect_k("conv_fwd.pc." + tag, to_host(d_pc, s()), ref, 0);
+    expect_k("conv_fwd.u." + tag, to_host(d_u, s()), ref, 1);
 
     // nosave variant (target forward): same u and final state.
     auto d_st2 = to_device(state0, "state", s());
@@ -347,14 +440,16 @@ TEST_F(StepParity, Conv1dSiluBackwardWithStateGradient) {
     const auto dw0 = uniform(di * dc, 76 + dc, -0.5, 0.5);  // (+=)
     const auto db0 = uniform(di, 77 + di, -0.5, 0.5);       // (+=)
 
-    std::vector<float> dxbP(sz(n)), dwP = dw0, dbP = db0, ds0P(sz(B * di * dc));
-    mc::ref::conv1d_silu_bwd<float>(du.data(), pc.data(), win.data(), w.data(), B, T, di, dc,
-                                    dxbP.data(), dwP.data(), dbP.data(), ds0P.data());
-    const auto dud = to_double(du), pcd = to_double(pc), wind = to_double(win), wd = to_double(w);
-    std::vector<double> dxbO(sz(n)), dwO = to_double(dw0), dbO = to_double(db0),
-                        ds0O(sz(B * di * dc));
-    mc::ref::conv1d_silu_bwd<double>(dud.data(), pcd.data(), wind.data(), wd.data(), B, T, di, dc,
-                                     dxbO.data(), dwO.data(), dbO.data(), ds0O.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto dus = as<S>(du), pcs = as<S>(pc), wins = as<S>(win), ws = as<S>(w);
+          std::vector<S> dxb(sz(n)), dw = as<S>(dw0), db = as<S>(db0), ds0(sz(B * di * dc));
+          mc::ref::conv1d_silu_bwd<S>(dus.data(), pcs.data(), wins.data(), ws.data(), B, T, di, dc,
+                                      dxb.data(), dw.data(), db.data(), ds0.data());
+          return std::vector<std::vector<S>>{dxb, dw, db, ds0};
+        },
+        71 + T);
 
     auto d_du = to_device(du, "du", s());
     auto d_pc = to_device(pc, "pc", s());
@@ -367,12 +462,12 @@ TEST_F(StepParity, Conv1dSiluBackwardWithStateGradient) {
     mc::kern::conv1d_silu_bwd<float>(d_du.get(), d_pc.get(), d_win.get(), d_w.get(), B, T, di, dc,
                                      d_dxb.get(), d_dw.get(), d_db.get(), d_ds0.get(),
                                      scratch.get(), s());
-    expect_k("conv_bwd.dxb." + tag, to_host(d_dxb, s()), dxbO, dxbP);
+    expect_k("conv_bwd.dxb." + tag, to_host(d_dxb, s()), ref, 0);
     const auto dw_first = to_host(d_dw, s());
-    expect_k("conv_bwd.dw." + tag, dw_first, dwO, dwP);
-    expect_k("conv_bwd.dbias." + tag, to_host(d_db, s()), dbO, dbP);
+    expect_k("conv_bwd.dw." + tag, dw_first, ref, 1);
+    expect_k("conv_bwd.dbias." + tag, to_host(d_db, s()), ref, 2);
     const auto ds0K = to_host(d_ds0, s());
-    expect_k("conv_bwd.d_state0." + tag, ds0K, ds0O, ds0P);
+    expect_k("conv_bwd.d_state0." + tag, ds0K, ref, 3);
     for (int64_t i = 0; i < B * di; ++i)
       ASSERT_EQ(ds0K[size_t(i * dc)], 0.0f) << "slot 0 of the incoming state is never read " << tag;
 
@@ -395,36 +490,39 @@ TEST_F(StepParity, SoftplusWithFusedBiasAndBackward) {
     // acc spans the threshold 20 and the far negative tail.
     const auto acc = uniform(R * di, 81 + R, -30.0, 30.0);
     const auto bias = uniform(di, 82 + di, -2.0, 2.0);
-    std::vector<float> xP(sz(R * di));
-    std::vector<double> xO(sz(R * di));
-    for (int64_t i = 0; i < R * di; ++i) {
-      xP[size_t(i)] = acc[size_t(i)] + bias[size_t(i % di)];
-      xO[size_t(i)] = double(acc[size_t(i)]) + double(bias[size_t(i % di)]);
-    }
-    std::vector<float> yP(sz(R * di));
-    std::vector<double> yO(sz(R * di));
-    mc::ref::softplus_fwd<float>(xP.data(), R * di, yP.data());
-    mc::ref::softplus_fwd<double>(xO.data(), R * di, yO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          std::vector<S> x(sz(R * di)), y(sz(R * di));
+          for (int64_t i = 0; i < R * di; ++i) x[size_t(i)] = S(acc[size_t(i)]) + S(bias[size_t(i % di)]);
+          mc::ref::softplus_fwd<S>(x.data(), R * di, y.data());
+          return std::vector<std::vector<S>>{x, y};
+        },
+        81 + R);
 
     auto d_acc = to_device(acc, "acc", s());
     auto d_b = to_device(bias, "bias", s());
     DeviceBuffer<float> d_raw(sz(R * di), "delta_raw"), d_delta(sz(R * di), "delta");
     mc::kern::softplus_bias_fwd<float>(d_acc.get(), d_b.get(), R, di, d_raw.get(), d_delta.get(), s());
     const auto rawK = to_host(d_raw, s());
-    expect_k("softplus_bias_fwd.delta_raw." + tag, rawK, xO, xP);
-    expect_k("softplus_bias_fwd.delta." + tag, to_host(d_delta, s()), yO, yP);
+    expect_k("softplus_bias_fwd.delta_raw." + tag, rawK, ref, 0);
+    expect_k("softplus_bias_fwd.delta." + tag, to_host(d_delta, s()), ref, 1);
 
     // Backward on the stored delta_raw.
     const auto dd = uniform(R * di, 83 + R, -1.0, 1.0);
-    std::vector<float> dxP(sz(R * di));
-    mc::ref::softplus_bwd<float>(rawK.data(), dd.data(), R * di, dxP.data());
-    const auto rawd = to_double(rawK), ddd = to_double(dd);
-    std::vector<double> dxO(sz(R * di));
-    mc::ref::softplus_bwd<double>(rawd.data(), ddd.data(), R * di, dxO.data());
+    const StepRefs bref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto raws = as<S>(rawK), dds = as<S>(dd);
+          std::vector<S> dx(sz(R * di));
+          mc::ref::softplus_bwd<S>(raws.data(), dds.data(), R * di, dx.data());
+          return std::vector<std::vector<S>>{dx};
+        },
+        83 + R);
     auto d_dd = to_device(dd, "d_delta", s());
     DeviceBuffer<float> d_dx(sz(R * di), "d_delta_raw");
     mc::kern::softplus_bwd<float>(d_raw.get(), d_dd.get(), R * di, d_dx.get(), s());
-    expect_k("softplus_bwd." + tag, to_host(d_dx, s()), dxO, dxP);
+    expect_k("softplus_bwd." + tag, to_host(d_dx, s()), bref, 0);
   }
 }
 
@@ -436,14 +534,17 @@ TEST_F(StepParity, GatingForwardBackward) {
     std::vector<float> gs(sz(n));
     for (int64_t i = 0; i < n; ++i) gs[size_t(i)] = z[size_t(i)] / (1.0f + std::exp(-z[size_t(i)]));
     const auto dG = uniform(n, 93 + n, -1.0, 1.0);
-    std::vector<float> gP(sz(n)), dYP(sz(n)), dzP(sz(n));
-    mc::ref::gating_fwd<float>(y.data(), gs.data(), n, gP.data());
-    mc::ref::gating_bwd<float>(dG.data(), y.data(), z.data(), gs.data(), n, dYP.data(), dzP.data());
-    const auto yd = to_double(y), zd = to_double(z), gsd = to_double(gs), dGd = to_double(dG);
-    std::vector<double> gO(sz(n)), dYO(sz(n)), dzO(sz(n));
-    mc::ref::gating_fwd<double>(yd.data(), gsd.data(), n, gO.data());
-    mc::ref::gating_bwd<double>(dGd.data(), yd.data(), zd.data(), gsd.data(), n, dYO.data(),
-                                dzO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto ys = as<S>(y), zs = as<S>(z), gss = as<S>(gs), dGs = as<S>(dG);
+          std::vector<S> g(sz(n)), dY(sz(n)), dz(sz(n));
+          mc::ref::gating_fwd<S>(ys.data(), gss.data(), n, g.data());
+          mc::ref::gating_bwd<S>(dGs.data(), ys.data(), zs.data(), gss.data(), n, dY.data(),
+                                 dz.data());
+          return std::vector<std::vector<S>>{g, dY, dz};
+        },
+        91 + n);
 
     auto d_y = to_device(y, "y", s());
     auto d_z = to_device(z, "z", s());
@@ -453,9 +554,9 @@ TEST_F(StepParity, GatingForwardBackward) {
     mc::kern::gating_fwd<float>(d_y.get(), d_gs.get(), n, d_g.get(), s());
     mc::kern::gating_bwd<float>(d_dG.get(), d_y.get(), d_z.get(), d_gs.get(), n, d_dY.get(),
                                 d_dz.get(), s());
-    expect_k("gating_fwd." + tag, to_host(d_g, s()), gO, gP);
-    expect_k("gating_bwd.dY." + tag, to_host(d_dY, s()), dYO, dYP);
-    expect_k("gating_bwd.dz." + tag, to_host(d_dz, s()), dzO, dzP);
+    expect_k("gating_fwd." + tag, to_host(d_g, s()), ref, 0);
+    expect_k("gating_bwd.dY." + tag, to_host(d_dY, s()), ref, 1);
+    expect_k("gating_bwd.dz." + tag, to_host(d_dz, s()), ref, 2);
   }
 }
 
@@ -463,24 +564,28 @@ TEST_F(StepParity, ResidualAddAndAddInplace) {
   const int64_t n = 4099;
   const auto a = uniform(n, 101, -10.0, 10.0);
   const auto b = uniform(n, 102, -1.0, 1.0);
-  std::vector<float> P(sz(n));
-  mc::ref::residual_add<float>(a.data(), b.data(), n, P.data());
-  const auto ad = to_double(a), bd = to_double(b);
-  std::vector<double> O(sz(n));
-  mc::ref::residual_add<double>(ad.data(), bd.data(), n, O.data());
+  const StepRefs ref = step_refs(
+      [&](auto tag) {
+        using S = decltype(tag);
+        const auto as_ = as<S>(a), bs = as<S>(b);
+        std::vector<S> out(sz(n));
+        mc::ref::residual_add<S>(as_.data(), bs.data(), n, out.data());
+        return std::vector<std::vector<S>>{out};
+      },
+      101);
 
   auto d_a = to_device(a, "a", s());
   auto d_b = to_device(b, "b", s());
   DeviceBuffer<float> d_out(sz(n), "out");
   mc::kern::residual_add<float>(d_a.get(), d_b.get(), n, d_out.get(), s());
-  expect_k("residual_add", to_host(d_out, s()), O, P);
+  expect_k("residual_add", to_host(d_out, s()), ref, 0);
   // aliasing out = a (the backward's dH += dHn)
   mc::kern::residual_add<float>(d_a.get(), d_b.get(), n, d_a.get(), s());
-  expect_k("residual_add.in_place", to_host(d_a, s()), O, P);
+  expect_k("residual_add.in_place", to_host(d_a, s()), ref, 0);
   // add_inplace (dU += dU_x)
   auto d_c = to_device(a, "c", s());
   mc::kern::add_inplace<float>(d_c.get(), d_b.get(), n, s());
-  expect_k("add_inplace", to_host(d_c, s()), O, P);
+  expect_k("add_inplace", to_host(d_c, s()), ref, 0);
 }
 
 // ---- columns, assembly, gathers, a_neg ---------------------------------------------------
@@ -498,14 +603,18 @@ TEST_F(StepParity, GatherScatterColumnsAndDxdblAssembly) {
   }
   // scatter_add_cols into a non-zero destination
   const auto add = uniform(R * ds, 112, -1.0, 1.0);
-  std::vector<float> P = src;
-  mc::ref::scatter_add_cols<float>(add.data(), R, xd, dr, ds, P.data());
-  std::vector<double> O = to_double(src);
-  const auto addd = to_double(add);
-  mc::ref::scatter_add_cols<double>(addd.data(), R, xd, dr, ds, O.data());
+  const StepRefs sref = step_refs(
+      [&](auto tag) {
+        using S = decltype(tag);
+        const auto adds = as<S>(add);
+        std::vector<S> dst = as<S>(src);
+        mc::ref::scatter_add_cols<S>(adds.data(), R, xd, dr, ds, dst.data());
+        return std::vector<std::vector<S>>{dst};
+      },
+      112);
   auto d_add = to_device(add, "add", s());
   mc::kern::scatter_add_cols<float>(d_add.get(), R, xd, dr, ds, d_src.get(), s());
-  expect_k("scatter_add_cols", to_host(d_src, s()), O, P);
+  expect_k("scatter_add_cols", to_host(d_src, s()), sref, 0);
 
   // d_xdbl = [d_dt_in | dB | dC] (f32 path: no rounding) == zero + three scatter-adds
   const auto ddt = uniform(R * dr, 113, -1.0, 1.0);
@@ -536,15 +645,19 @@ TEST_F(StepParity, GatherLastTimestepAndExpNegate) {
 
   const int64_t n = 1000;
   const auto a_log = uniform(n, 122, -3.0, 5.0);
-  std::vector<float> P(sz(n));
-  mc::ref::exp_negate<float>(a_log.data(), n, P.data());
-  const auto ad = to_double(a_log);
-  std::vector<double> O(sz(n));
-  mc::ref::exp_negate<double>(ad.data(), n, O.data());
+  const StepRefs ref = step_refs(
+      [&](auto tag) {
+        using S = decltype(tag);
+        const auto al = as<S>(a_log);
+        std::vector<S> an(sz(n));
+        mc::ref::exp_negate<S>(al.data(), n, an.data());
+        return std::vector<std::vector<S>>{an};
+      },
+      122);
   auto d_al = to_device(a_log, "a_log", s());
   DeviceBuffer<float> d_an(sz(n), "a_neg");
   mc::kern::exp_negate(d_al.get(), n, d_an.get(), s());
-  expect_k("exp_negate", to_host(d_an, s()), O, P);
+  expect_k("exp_negate", to_host(d_an, s()), ref, 0);
 }
 
 // ---- casts (exact: RN against storage.hpp) ------------------------------------------------
@@ -628,19 +741,22 @@ void StepParity::check_typed_kernels(DType dt) {
   {  // RMSNorm forward: f32 x -> typed y, f32 rms
     const int64_t R = 33, D = 48;
     const auto x = uniform(R * D, 201, -2.0, 2.0), g = uniform(D, 202, 0.5, 1.5);
-    std::vector<float> yP(sz(R * D)), rmsP(sz(R));
-    mc::ref::rmsnorm_fwd<float>(x.data(), g.data(), R, D, 1e-5, yP.data(), rmsP.data());
-    yP = q(yP);
-    const auto xd = to_double(x), gd = to_double(g);
-    std::vector<double> yO(sz(R * D)), rmsO(sz(R));
-    mc::ref::rmsnorm_fwd<double>(xd.data(), gd.data(), R, D, 1e-5, yO.data(), rmsO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto xs = as<S>(x), gs = as<S>(g);
+          std::vector<S> y(sz(R * D)), rms(sz(R));
+          mc::ref::rmsnorm_fwd<S>(xs.data(), gs.data(), R, D, 1e-5, y.data(), rms.data());
+          return std::vector<std::vector<S>>{store(dt, y), rms};
+        },
+        201);
     auto d_x = to_device(x, "x", s());
     auto d_g = to_device(g, "g", s());
     DeviceBuffer<T> d_y(sz(R * D), "y");
     DeviceBuffer<float> d_rms(sz(R), "rms");
     mc::kern::rmsnorm_fwd<T>(d_x.get(), d_g.get(), R, D, 1e-5, d_y.get(), d_rms.get(), s());
-    expect_k(tp + "rmsnorm_fwd.y", to_host_typed(d_y, s()), yO, yP, dt);
-    expect_k(tp + "rmsnorm_fwd.rms", to_host(d_rms, s()), rmsO, rmsP);
+    expect_k(tp + "rmsnorm_fwd.y", to_host_typed(d_y, s()), ref, 0, dt);
+    expect_k(tp + "rmsnorm_fwd.rms", to_host(d_rms, s()), ref, 1);
   }
   {  // RMSNorm backward: typed dy, f32 x -> f32 dx, dg
     const int64_t R = 40, D = 24;
@@ -648,13 +764,16 @@ void StepParity::check_typed_kernels(DType dt) {
     const auto dy = q(uniform(R * D, 213, -1.0, 1.0));
     std::vector<float> rms(sz(R)), tmp(sz(R * D));
     mc::ref::rmsnorm_fwd<float>(x.data(), g.data(), R, D, 1e-5, tmp.data(), rms.data());
-    std::vector<float> dxP(sz(R * D)), dgP(sz(D), 0.0f);
-    mc::ref::rmsnorm_bwd<float>(dy.data(), x.data(), g.data(), rms.data(), R, D, dxP.data(),
-                                dgP.data());
-    const auto dyd = to_double(dy), xd = to_double(x), gd = to_double(g), rd = to_double(rms);
-    std::vector<double> dxO(sz(R * D)), dgO(sz(D), 0.0);
-    mc::ref::rmsnorm_bwd<double>(dyd.data(), xd.data(), gd.data(), rd.data(), R, D, dxO.data(),
-                                 dgO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto dys = as<S>(dy), xs = as<S>(x), gs = as<S>(g), rs = as<S>(rms);
+          std::vector<S> dx(sz(R * D)), dg(sz(D), S(0));
+          mc::ref::rmsnorm_bwd<S>(dys.data(), xs.data(), gs.data(), rs.data(), R, D, dx.data(),
+                                  dg.data());
+          return std::vector<std::vector<S>>{dx, dg};
+        },
+        211);
     auto d_dy = to_device_typed<T>(dy, "dy", s());
     auto d_x = to_device(x, "x", s());
     auto d_g = to_device(g, "g", s());
@@ -664,24 +783,29 @@ void StepParity::check_typed_kernels(DType dt) {
     DeviceBuffer<float> scratch(mc::kern::rmsnorm_bwd_scratch_floats(R, D), "scratch");
     mc::kern::rmsnorm_bwd<T>(d_dy.get(), d_x.get(), d_g.get(), d_r.get(), R, D, d_dx.get(),
                              d_dg.get(), scratch.get(), s());
-    expect_k(tp + "rmsnorm_bwd.dx", to_host(d_dx, s()), dxO, dxP);
-    expect_k(tp + "rmsnorm_bwd.dg", to_host(d_dg, s()), dgO, dgP);
+    expect_k(tp + "rmsnorm_bwd.dx", to_host(d_dx, s()), ref, 0);
+    expect_k(tp + "rmsnorm_bwd.dg", to_host(d_dg, s()), ref, 1);
   }
   {  // split + gate SiLU
     const int64_t R = 20, di = 17;
     const auto P = q(uniform(R * 2 * di, 221, -8.0, 8.0));
     std::vector<float> xbP(sz(R * di)), zP(sz(R * di)), gsP(sz(R * di));
     mc::ref::split_gate_silu_fwd<float>(P.data(), R, di, xbP.data(), zP.data(), gsP.data());
-    gsP = q(gsP);
-    const auto Pd = to_double(P);
-    std::vector<double> xbO(sz(R * di)), zO(sz(R * di)), gsO(sz(R * di));
-    mc::ref::split_gate_silu_fwd<double>(Pd.data(), R, di, xbO.data(), zO.data(), gsO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto Ps = as<S>(P);
+          std::vector<S> xb(sz(R * di)), z(sz(R * di)), gs(sz(R * di));
+          mc::ref::split_gate_silu_fwd<S>(Ps.data(), R, di, xb.data(), z.data(), gs.data());
+          return std::vector<std::vector<S>>{store(dt, gs)};
+        },
+        221);
     auto d_P = to_device_typed<T>(P, "P", s());
     DeviceBuffer<T> d_xb(sz(R * di), "xb"), d_z(sz(R * di), "z"), d_gs(sz(R * di), "gs");
     mc::kern::split_gate_silu<T>(d_P.get(), R, di, d_xb.get(), d_z.get(), d_gs.get(), s());
     EXPECT_EQ(to_host_typed(d_xb, s()), xbP) << tp << "split x half";
     EXPECT_EQ(to_host_typed(d_z, s()), zP) << tp << "split gate half";
-    expect_k(tp + "split_gate_silu.gs", to_host_typed(d_gs, s()), gsO, gsP, dt);
+    expect_k(tp + "split_gate_silu.gs", to_host_typed(d_gs, s()), ref, 0, dt);
   }
   {  // conv forward (typed xb -> typed pc, u; f32 windows/state) and backward
     const int64_t B = 2, T_len = 70, di = 17, dc = 4, n = B * T_len * di;
@@ -691,11 +815,17 @@ void StepParity::check_typed_kernels(DType dt) {
     std::vector<float> stP = st0, winP(sz(n * dc)), pcF(sz(n)), uF(sz(n));
     mc::ref::conv1d_silu_fwd<float>(xb.data(), w.data(), bias.data(), B, T_len, di, dc,
                                     stP.data(), winP.data(), pcF.data(), uF.data());
-    const auto pcP = q(pcF), uP = q(uF);  // u = q(SiLU(unrounded pc))
-    const auto xbd = to_double(xb), wd = to_double(w), bd = to_double(bias);
-    std::vector<double> stO = to_double(st0), winO(sz(n * dc)), pcO(sz(n)), uO(sz(n));
-    mc::ref::conv1d_silu_fwd<double>(xbd.data(), wd.data(), bd.data(), B, T_len, di, dc,
-                                     stO.data(), winO.data(), pcO.data(), uO.data());
+    const auto pcP = q(pcF);  // the backward's input below
+    const StepRefs fref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto xs = as<S>(xb), ws = as<S>(w), bs = as<S>(bias);
+          std::vector<S> st = as<S>(st0), win(sz(n * dc)), pc(sz(n)), u(sz(n));
+          mc::ref::conv1d_silu_fwd<S>(xs.data(), ws.data(), bs.data(), B, T_len, di, dc, st.data(),
+                                      win.data(), pc.data(), u.data());
+          return std::vector<std::vector<S>>{store(dt, pc), store(dt, u)};  // u = q(SiLU(pc))
+        },
+        231);
     auto d_xb = to_device_typed<T>(xb, "xb", s());
     auto d_w = to_device(w, "w", s());
     auto d_b = to_device(bias, "bias", s());
@@ -706,18 +836,20 @@ void StepParity::check_typed_kernels(DType dt) {
                                  d_win.get(), d_pc.get(), d_u.get(), s());
     EXPECT_EQ(to_host(d_win, s()), winP) << tp << "conv windows";
     EXPECT_EQ(to_host(d_st, s()), stP) << tp << "conv final state";
-    expect_k(tp + "conv_fwd.pc", to_host_typed(d_pc, s()), pcO, pcP, dt);
-    expect_k(tp + "conv_fwd.u", to_host_typed(d_u, s()), uO, uP, dt);
+    expect_k(tp + "conv_fwd.pc", to_host_typed(d_pc, s()), fref, 0, dt);
+    expect_k(tp + "conv_fwd.u", to_host_typed(d_u, s()), fref, 1, dt);
 
     const auto du = q(uniform(n, 235, -1.0, 1.0));
-    std::vector<float> dxbP(sz(n)), dwP(sz(di * dc), 0.0f), dbP(sz(di), 0.0f), ds0P(sz(B * di * dc));
-    mc::ref::conv1d_silu_bwd<float>(du.data(), pcP.data(), winP.data(), w.data(), B, T_len, di, dc,
-                                    dxbP.data(), dwP.data(), dbP.data(), ds0P.data());
-    dxbP = q(dxbP);
-    const auto dud = to_double(du), pcd = to_double(pcP), wind = to_double(winP);
-    std::vector<double> dxbO(sz(n)), dwO(sz(di * dc), 0.0), dbO(sz(di), 0.0), ds0O(sz(B * di * dc));
-    mc::ref::conv1d_silu_bwd<double>(dud.data(), pcd.data(), wind.data(), wd.data(), B, T_len, di,
-                                     dc, dxbO.data(), dwO.data(), dbO.data(), ds0O.data());
+    const StepRefs bref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto dus = as<S>(du), pcs = as<S>(pcP), wins = as<S>(winP), ws = as<S>(w);
+          std::vector<S> dxb(sz(n)), dw(sz(di * dc), S(0)), db(sz(di), S(0)), ds0(sz(B * di * dc));
+          mc::ref::conv1d_silu_bwd<S>(dus.data(), pcs.data(), wins.data(), ws.data(), B, T_len, di,
+                                      dc, dxb.data(), dw.data(), db.data(), ds0.data());
+          return std::vector<std::vector<S>>{store(dt, dxb), dw, db, ds0};
+        },
+        235);
     // The backward reads P's rounded pc and windows (not the kernel's own forward
     // outputs), so K, O and P start from identical values.
     auto d_du = to_device_typed<T>(du, "du", s());
@@ -731,30 +863,32 @@ void StepParity::check_typed_kernels(DType dt) {
     mc::kern::conv1d_silu_bwd<T>(d_du.get(), d_pcq.get(), d_winq.get(), d_w.get(), B, T_len, di, dc,
                                  d_dxb.get(), d_dw.get(), d_db.get(), d_ds0.get(), scratch.get(),
                                  s());
-    expect_k(tp + "conv_bwd.dxb", to_host_typed(d_dxb, s()), dxbO, dxbP, dt);
-    expect_k(tp + "conv_bwd.dw", to_host(d_dw, s()), dwO, dwP);
-    expect_k(tp + "conv_bwd.dbias", to_host(d_db, s()), dbO, dbP);
-    expect_k(tp + "conv_bwd.d_state0", to_host(d_ds0, s()), ds0O, ds0P);
+    expect_k(tp + "conv_bwd.dxb", to_host_typed(d_dxb, s()), bref, 0, dt);
+    expect_k(tp + "conv_bwd.dw", to_host(d_dw, s()), bref, 1);
+    expect_k(tp + "conv_bwd.dbias", to_host(d_db, s()), bref, 2);
+    expect_k(tp + "conv_bwd.d_state0", to_host(d_ds0, s()), bref, 3);
   }
   {  // softplus with the f32 bias: delta_raw = q(acc + b), delta = q(softplus(delta_raw))
     const int64_t R = 30, di = 16, n = R * di;
     const auto acc = uniform(n, 241, -30.0, 30.0), bias = uniform(di, 242, -2.0, 2.0);
-    std::vector<float> rawP(sz(n)), deltaP(sz(n));
-    std::vector<double> rawO(sz(n)), deltaO(sz(n));
-    for (int64_t i = 0; i < n; ++i) {
-      rawP[sz(i)] = mc::round_to(dt, acc[sz(i)] + bias[sz(i % di)]);
-      rawO[sz(i)] = double(acc[sz(i)]) + double(bias[sz(i % di)]);
-    }
-    mc::ref::softplus_fwd<float>(rawP.data(), n, deltaP.data());
-    deltaP = q(deltaP);
-    mc::ref::softplus_fwd<double>(rawO.data(), n, deltaO.data());
+    std::vector<float> rawP(sz(n));
+    for (int64_t i = 0; i < n; ++i) rawP[sz(i)] = mc::round_to(dt, acc[sz(i)] + bias[sz(i % di)]);
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          std::vector<S> raw(sz(n)), delta(sz(n));
+          for (int64_t i = 0; i < n; ++i) raw[sz(i)] = store(dt, S(acc[sz(i)]) + S(bias[sz(i % di)]));
+          mc::ref::softplus_fwd<S>(raw.data(), n, delta.data());
+          return std::vector<std::vector<S>>{store(dt, delta)};
+        },
+        241);
     auto d_acc = to_device(acc, "acc", s());
     auto d_b = to_device(bias, "bias", s());
     DeviceBuffer<T> d_raw(sz(n), "delta_raw"), d_delta(sz(n), "delta");
     mc::kern::softplus_bias_fwd<T>(d_acc.get(), d_b.get(), R, di, d_raw.get(), d_delta.get(), s());
     const auto rawK = to_host_typed(d_raw, s());
     EXPECT_EQ(rawK, rawP) << tp << "delta_raw is one RN rounding of the f32 acc + bias";
-    expect_k(tp + "softplus_bias_fwd.delta", to_host_typed(d_delta, s()), deltaO, deltaP, dt);
+    expect_k(tp + "softplus_bias_fwd.delta", to_host_typed(d_delta, s()), ref, 0, dt);
   }
   {  // gating forward / backward
     const int64_t n = 999;
@@ -763,17 +897,17 @@ void StepParity::check_typed_kernels(DType dt) {
     std::vector<float> gs(sz(n));
     for (int64_t i = 0; i < n; ++i) gs[sz(i)] = z[sz(i)] / (1.0f + std::exp(-z[sz(i)]));
     gs = q(gs);
-    std::vector<float> gP(sz(n)), dYP(sz(n)), dzP(sz(n));
-    mc::ref::gating_fwd<float>(y.data(), gs.data(), n, gP.data());
-    mc::ref::gating_bwd<float>(dG.data(), y.data(), z.data(), gs.data(), n, dYP.data(), dzP.data());
-    gP = q(gP);
-    dYP = q(dYP);
-    dzP = q(dzP);
-    const auto yd = to_double(y), zd = to_double(z), gsd = to_double(gs), dGd = to_double(dG);
-    std::vector<double> gO(sz(n)), dYO(sz(n)), dzO(sz(n));
-    mc::ref::gating_fwd<double>(yd.data(), gsd.data(), n, gO.data());
-    mc::ref::gating_bwd<double>(dGd.data(), yd.data(), zd.data(), gsd.data(), n, dYO.data(),
-                                dzO.data());
+    const StepRefs ref = step_refs(
+        [&](auto tag) {
+          using S = decltype(tag);
+          const auto ys = as<S>(y), zs = as<S>(z), gss = as<S>(gs), dGs = as<S>(dG);
+          std::vector<S> g(sz(n)), dY(sz(n)), dz(sz(n));
+          mc::ref::gating_fwd<S>(ys.data(), gss.data(), n, g.data());
+          mc::ref::gating_bwd<S>(dGs.data(), ys.data(), zs.data(), gss.data(), n, dY.data(),
+                                 dz.data());
+          return std::vector<std::vector<S>>{store(dt, g), store(dt, dY), store(dt, dz)};
+        },
+        251);
     auto d_y = to_device_typed<T>(y, "y", s());
     auto d_z = to_device_typed<T>(z, "z", s());
     auto d_gs = to_device_typed<T>(gs, "gs", s());
@@ -782,9 +916,9 @@ void StepParity::check_typed_kernels(DType dt) {
     mc::kern::gating_fwd<T>(d_y.get(), d_gs.get(), n, d_g.get(), s());
     mc::kern::gating_bwd<T>(d_dG.get(), d_y.get(), d_z.get(), d_gs.get(), n, d_dY.get(),
                             d_dz.get(), s());
-    expect_k(tp + "gating_fwd", to_host_typed(d_g, s()), gO, gP, dt);
-    expect_k(tp + "gating_bwd.dY", to_host_typed(d_dY, s()), dYO, dYP, dt);
-    expect_k(tp + "gating_bwd.dz", to_host_typed(d_dz, s()), dzO, dzP, dt);
+    expect_k(tp + "gating_fwd", to_host_typed(d_g, s()), ref, 0, dt);
+    expect_k(tp + "gating_bwd.dY", to_host_typed(d_dY, s()), ref, 1, dt);
+    expect_k(tp + "gating_bwd.dz", to_host_typed(d_dz, s()), ref, 2, dt);
   }
 }
 
@@ -802,11 +936,15 @@ TEST_F(StepParity, ColumnSumFixedOrder) {
     const auto src = uniform(R * N, 141 + R, -1.0, 1.0);
     const auto init = uniform(N, 142 + N, -1.0, 1.0);
     for (const bool accumulate : {false, true}) {
-      std::vector<float> P = accumulate ? init : std::vector<float>(sz(N), 0.0f);
-      mc::ref::linear_bwd_db<float>(src.data(), R, N, P.data());
-      std::vector<double> O = accumulate ? to_double(init) : std::vector<double>(sz(N), 0.0);
-      const auto srcd = to_double(src);
-      mc::ref::linear_bwd_db<double>(srcd.data(), R, N, O.data());
+      const StepRefs ref = step_refs(
+          [&](auto tag) {
+            using S = decltype(tag);
+            const auto srcs = as<S>(src);
+            std::vector<S> out = accumulate ? as<S>(init) : std::vector<S>(sz(N), S(0));
+            mc::ref::linear_bwd_db<S>(srcs.data(), R, N, out.data());
+            return std::vector<std::vector<S>>{out};
+          },
+          141 + R);
 
       auto d_src = to_device(src, "partials", s());
       auto d_out = to_device(init, "out", s());
@@ -814,7 +952,7 @@ TEST_F(StepParity, ColumnSumFixedOrder) {
                                   "scratch");
       mc::kern::reduce_sum_axis0(d_src.get(), R, N, d_out.get(), accumulate, scratch.get(), s());
       const auto first = to_host(d_out, s());
-      expect_k(std::string("reduce_sum_axis0.") + (accumulate ? "acc." : "set.") + tag, first, O, P);
+      expect_k(std::string("reduce_sum_axis0.") + (accumulate ? "acc." : "set.") + tag, first, ref, 0);
       d_out.upload(init.data(), init.size(), s());
       mc::kern::reduce_sum_axis0(d_src.get(), R, N, d_out.get(), accumulate, scratch.get(), s());
       const auto second = to_host(d_out, s());
@@ -842,6 +980,13 @@ TEST_F(StepParity, FirstNonFiniteReportsSmallestIndex) {
     }
     d.upload(v.data(), v.size(), s());
     EXPECT_EQ(mc::kern::first_nonfinite<float>(d.get(), n, scratch.get(), s()), want) << n;
+    // a run of non-finite values from n/4 on: every thread of the grid-stride loop
+    // meets several, and the smallest index must still win (not a thread's last hit)
+    for (int64_t i = n / 4; i < n; ++i) v[size_t(i)] = nan;
+    d.upload(v.data(), v.size(), s());
+    EXPECT_EQ(mc::kern::first_nonfinite<float>(d.get(), n, scratch.get(), s()),
+              std::min(want, n / 4))
+        << n << " (a run of non-finite values from n/4)";
   }
   // typed: an f16 overflow (70000 -> inf) is found in the typed buffer
   std::vector<float> v = uniform(5000, 152, -1.0, 1.0);

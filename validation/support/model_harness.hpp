@@ -24,6 +24,12 @@
 // MCA noise (uniform in ±u) is ~1.4x the RMS of round-to-nearest, which
 // lowers it further. k against P alone is printed as well (k_P).
 //
+// The same MCA runs are the ensemble of the statistical checks (check/stats.hpp:
+// bias and magnitude bias in units of the ensemble's noise, k_rms against its
+// derived limit; docs/precision-statistics.md), computed for every tensor with
+// P as the baseline; a tensor passes when both the k-rule and the statistics do
+// (KRuleResult::verdict()).
+//
 // Header only: it uses gtest, and each GPU suite is its own executable.
 #pragma once
 
@@ -178,6 +184,10 @@ inline TensorCheck ensemble_rule(const std::string& name, const float* K, const 
     }
   }
   t.r = check::k_rule(name, K, O, bases[worst], n, DType::F32, k_limit);
+  if (bases.size() > 2) {  // P, then the MCA runs: the statistical checks
+    const std::vector<const double*> runs(bases.begin() + 1, bases.end());
+    t.r.stats = check::stat_check(K, O, bases[0], runs, n);
+  }
   t.source = names[worst];
   const double eP = check::error_stats(bases[0], O, n, DType::F32).max_abs;
   t.k_P = eP > 0 ? t.r.kernel.max_abs / eP : (t.r.kernel.max_abs > 0 ? INFINITY : 0.0);
@@ -190,7 +200,7 @@ struct ModelCheck {
 
   bool pass() const {
     for (const auto& t : tensors)
-      if (!t.r.pass) return false;
+      if (!t.r.verdict()) return false;
     return !tensors.empty();
   }
   double max_k() const {  // over finite k
@@ -213,7 +223,7 @@ struct ModelCheck {
   std::string report(bool failures_only = false) const {
     std::ostringstream os;
     for (const auto& t : tensors)
-      if (!failures_only || !t.r.pass) os << line(label, t) << "\n";
+      if (!failures_only || !t.r.verdict()) os << line(label, t) << "\n";
     return os.str();
   }
 };
@@ -313,7 +323,7 @@ inline void expect_pass_and_record(const ModelCheck& c, const std::string& prefi
   std::cout << c.report();
   for (const auto& t : c.tensors) {
     ::testing::Test::RecordProperty("k." + prefix + t.r.tensor, std::to_string(t.r.k));
-    EXPECT_TRUE(t.r.pass) << ModelCheck::line(c.label, t);
+    EXPECT_TRUE(t.r.verdict()) << ModelCheck::line(c.label, t);
   }
   EXPECT_FALSE(c.tensors.empty());
 }
