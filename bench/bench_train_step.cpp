@@ -1,20 +1,38 @@
 // bench_train_step.cpp — Google Benchmark of one training step (forward +
-// backward, no optimizer) of the Mamba-1 backbone through gpu::Model
-// (forward_device / backward_device, inputs uploaded once), at the layer widths
-// of mamba-130m / -370m / -1.4b (d_model 768 / 1024 / 2048), 1 and 4 layers,
-// B = 8, T in {512, 2048}, f32 and bf16 storage, d_state 16, expand 2, d_conv 4,
-// input_dim = d_model.
+// backward, no optimizer) of the Mamba-1 backbone through gpu::Model, against
+// the state-spaces/mamba figures of issue 9.
 //
-// Timing: cudaEvents on the model's stream around forward_device() +
-// backward_device() (UseManualTime); one warm-up step per case; the recurrent
-// state is reset before every step, outside the events. No L2 scrub: the
-// working set of every case is far larger than the L2.
+// Rows (default): the issue's table — d_model / T / layers = 768/512/1,
+// 768/2048/1, 1024/2048/1, 2048/2048/1, 768/2048/4 — at B = 8, d_state 16,
+// expand 2, d_conv 4, input_dim = d_model, each in f32 on the strict GEMM tier
+// and in bf16 on the tensor-core tier (gpu/model.hpp; --gemm=tf32 and
+// --typed-gemm=strict select the other tiers, recorded in the names and the
+// context). --sweep: every width (768/1024/2048) × layers {1, 4} × T {512, 2048};
+// --quick: 768/512/1 only.
 //
-// Reported per case: tokens_per_s = B*T/t, TFLOPs = flop model / t (below),
-// device memory of the Model (device_bytes_allocated) and the cudaMemGetInfo
-// drop across construction + one step (includes cuBLAS workspaces), the GEMM
-// math mode, and verified = 1/0 (a host-visible step whose output and
-// gradients are all finite).
+// Per row, all on the model's stream with CUDA events, the recurrent state
+// reset (and the device synchronised) before every step, outside the events:
+//   eager_us   median of --reps eager steps (forward_device + backward_device);
+//   graph_us   median of --reps replays of the step captured as one CUDA graph
+//              (Model::capture_step / replay_step); Google Benchmark's own loop
+//              times replays too (real_time);
+//   phases     GEMM / scan / elementwise stream time of eager steps from the
+//              Model's phase-timing hooks (gpu/phase_timer.hpp): mean per step
+//              over --reps steps timed separately (the events add a little);
+//   memory     peak_bytes = Model::device_bytes_allocated() (every buffer of the
+//              step and the cuBLAS workspace; the step allocates nothing), and
+//              the cudaMemGetInfo drops across construction + one step
+//              (mem_used_bytes) and across the graph capture (graph_mem_bytes);
+//   peer       the state-spaces/mamba graph figure of the issue for this row
+//              (peer_graph_us, peer_peak_gib; 0 = none), speedup_vs_peer =
+//              peer_graph_us / graph_us, the target (bf16 tensor-core >= 2,
+//              f32 strict >= 1.5; 0 = no target for this tier), meets_target,
+//              peak_vs_peer = peak GiB / peer GiB;
+//   checks     verified = 1 when a host-visible eager step from zero state is
+//              finite everywhere, graph_bitwise_equal = 1 when a replay's output
+//              and gradients equal that eager step's bit for bit.
+// A summary table (the peer figure and the ratio beside each row) is printed
+// on stderr at the end.
 //
 // FLOP model (written into the JSON context; elementwise kernels ignored):
 //   per layer, forward GEMMs  G = 2*BT*(dm*2di + di*xd + dr*di + di*dm)
@@ -24,8 +42,10 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <sstream>
@@ -33,19 +53,49 @@
 #include <vector>
 
 #include "bench/bench_context.hpp"
-#include "bench/timed_loop.hpp"
 #include "bench/bench_flags.hpp"
-#include "core/config.hpp"
-#include "kernels/cuda_check.hpp"
 #include "bench/cuda_util.hpp"
+#include "bench/shard_launcher.hpp"
+#include "bench/timed_loop.hpp"
+#include "core/config.hpp"
 #include "core/param_layout.hpp"
 #include "gpu/model.hpp"
-#include "bench/shard_launcher.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mc::bench {
 namespace {
 
 constexpr const char* kProgram = "bench_train_step";
+
+// ---- the peer (issue 9) ------------------------------------------------------------------
+
+// state-spaces/mamba's fast path on an H200 (Mamba block with mamba_inner_fn and
+// causal_conv1d, RMSNorm and residual around the mixer, PyTorch 2.11, TF32 off),
+// B = 8: the step replayed as one CUDA graph (µs) and the peak memory (GiB).
+struct PeerRow {
+  int dm;
+  int64_t T;
+  int L;
+  double f32_graph_us, bf16_graph_us;
+  double f32_peak_gib, bf16_peak_gib;
+};
+constexpr PeerRow kPeer[] = {
+    {768, 512, 1, 3206, 984, 0.41, 0.24},
+    {768, 2048, 1, 11668, 3458, 1.41, 0.74},
+    {1024, 2048, 1, 18410, 4668, 1.87, 0.97},
+    {2048, 2048, 1, 61661, 10598, 3.73, 1.90},
+    {768, 2048, 4, 46374, 13564, 2.75, 1.41},
+};
+constexpr double kTargetBf16 = 2.0;  // x the peer's bf16 graph figure (tensor-core tier)
+constexpr double kTargetF32 = 1.5;   // x the peer's f32 graph figure (strict tier)
+
+const PeerRow* peer_of(int dm, int64_t T, int L) {
+  for (const PeerRow& p : kPeer)
+    if (p.dm == dm && p.T == T && p.L == L) return &p;
+  return nullptr;
+}
+
+// ---- cases ----------------------------------------------------------------------------------
 
 struct StepCase {
   const char* width_name;  // the model whose layer width this is
@@ -53,37 +103,50 @@ struct StepCase {
   int64_t B, T;
   DType dtype;
   gpu::GemmMath gemm;
+  gpu::TypedGemm typed;
   int group;
   std::string name;
+  gpu::GemmTier tier() const { return gpu::gemm_tier(dtype, gemm, typed); }
+  // The issue's target applies to the default tiers only.
+  double target() const {
+    if (dtype == DType::F32) return tier() == gpu::GemmTier::Strict ? kTargetF32 : 0.0;
+    return tier() == gpu::GemmTier::TensorCore && dtype == DType::BF16 ? kTargetBf16 : 0.0;
+  }
 };
 
-std::vector<StepCase> make_cases(const BenchFlags& f, gpu::GemmMath gemm) {
-  struct Width {
-    const char* name;
+const char* width_name(int dm) {
+  return dm == 768 ? "mamba-130m" : dm == 1024 ? "mamba-370m" : dm == 2048 ? "mamba-1.4b" : "custom";
+}
+
+std::vector<StepCase> make_cases(const BenchFlags& f, gpu::GemmMath gemm, gpu::TypedGemm typed) {
+  struct Shape {
     int dm;
+    int64_t T;
+    int L;
   };
-  std::vector<Width> widths{{"mamba-130m", 768}, {"mamba-370m", 1024}, {"mamba-1.4b", 2048}};
-  std::vector<int> layers{1, 4};
-  std::vector<int64_t> Ts{512, 2048};
-  std::vector<DType> dts{DType::F32, DType::BF16};
-  if (f.quick && !f.sweep) {
-    widths = {{"mamba-130m", 768}};
-    layers = {1};
-    Ts = {512};
+  std::vector<Shape> shapes;
+  if (f.sweep) {
+    for (int dm : {768, 1024, 2048})
+      for (int L : {1, 4})
+        for (int64_t T : {int64_t(512), int64_t(2048)}) shapes.push_back({dm, T, L});
+  } else if (f.quick) {
+    shapes = {{768, 512, 1}};
+  } else {
+    for (const PeerRow& p : kPeer) shapes.push_back({p.dm, p.T, p.L});
   }
   std::vector<StepCase> out;
   int group = 0;
-  for (const auto& w : widths)
-    for (int L : layers)
-      for (int64_t T : Ts) {
-        for (DType dt : dts) {
-          std::ostringstream os;
-          os << "train_step/" << w.name << "/dm:" << w.dm << "/L:" << L << "/B:8/T:" << T << "/"
-             << to_string(dt) << "/gemm:" << gpu::to_string(gemm);
-          out.push_back({w.name, w.dm, L, 8, T, dt, gemm, group, os.str()});
-        }
-        ++group;
-      }
+  for (const Shape& s : shapes) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      StepCase c{width_name(s.dm), s.dm, s.L, 8, s.T, dt, gemm, typed, group, ""};
+      std::ostringstream os;
+      os << "train_step/" << c.width_name << "/dm:" << s.dm << "/L:" << s.L << "/B:8/T:" << s.T
+         << "/" << to_string(dt) << "/gemm:" << gpu::to_string(c.tier());
+      c.name = os.str();
+      out.push_back(c);
+    }
+    ++group;
+  }
   return out;
 }
 
@@ -129,26 +192,70 @@ bool all_finite(const std::vector<float>& v) {
   return true;
 }
 
-// One case's model, kept alive across Google Benchmark's calls of the case.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- one case -------------------------------------------------------------------------------
+
+// What one case measured before Google Benchmark's loop (which times replays).
 struct StepRun {
   std::unique_ptr<gpu::Model> model;
   EventTimer timer;
-  size_t mem_used = 0;  // cudaMemGetInfo drop: construction + one step
+  size_t mem_used = 0;   // cudaMemGetInfo drop: construction + one step
+  size_t graph_mem = 0;  // cudaMemGetInfo drop across capture_step
   bool verified = false;
+  bool graph_equal = false;
   std::string verify_detail;
   FlopModel flops;
+  double eager_s = 0, graph_s = 0;  // medians
+  gpu::PhaseTimes phases;           // per step (means)
+  int64_t graph_nodes = 0;
+};
+
+struct Summary {
+  std::string name;
+  double eager_us = 0, graph_us = 0, peer_us = 0, speedup = 0, target = 0;
+  double gemm_us = 0, scan_us = 0, elem_us = 0, peak_gib = 0, peer_gib = 0;
+  bool graph_equal = false, verified = false;
+  std::string error;
 };
 
 struct StepBench {
   BenchFlags flags;
   BenchDevice dev;
+  int reps = 10;
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
   std::string run_error;
+  std::vector<Summary> summary;
 };
 
 StepBench* g_bench = nullptr;
+
+void settle(gpu::Model& m) {
+  m.reset_state();
+  // Whatever stream reset_state used, nothing of it may overlap a timed step.
+  MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before timing");
+}
+
+// Median stream time of `reps` steps, each from the reset state.
+template <class Launch>
+double median_seconds(gpu::Model& m, EventTimer& timer, int reps, Launch&& launch) {
+  auto stream = static_cast<cudaStream_t>(m.stream_handle());
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    settle(m);
+    timer.start(stream);
+    launch();
+    timer.stop(stream);
+    t.push_back(timer.seconds());
+  }
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
 
 void activate(StepBench& g, const StepCase& c, int i) {
   g.run.reset();
@@ -163,8 +270,9 @@ void activate(StepBench& g, const StepCase& c, int i) {
     opt.dtype = c.dtype;
     opt.scan = ScanMode::Auto;
     opt.gemm = c.gemm;
+    opt.typed_gemm = c.typed;
     opt.device = g.flags.device;
-    size_t free0 = 0, total = 0, free1 = 0;
+    size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
     try {
@@ -181,7 +289,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     const auto X = uniform_host(rows * size_t(dims.mid), 11);
     const auto d_out = uniform_host(rows * size_t(dims.dm), 12);
 
-    // Verification: one host-visible step, everything finite.
+    // Verification: one host-visible step from zero state, everything finite.
     std::vector<float> out, grads;
     m.reset_state();
     m.forward(X, out);
@@ -196,13 +304,59 @@ void activate(StepBench& g, const StepCase& c, int i) {
     // Device-resident inputs, warm-up step, memory after it.
     m.upload_input(X);
     m.upload_d_out(d_out);
-    m.reset_state();
+    settle(m);
     m.forward_device();
     m.backward_device();
     m.synchronize();
     device_memory(&free1, &total);
     run->mem_used = free0 > free1 ? free0 - free1 : 0;
     run->flops = step_flops(dims, c.B, c.T);
+
+    // Eager steps.
+    run->eager_s = median_seconds(m, run->timer, g.reps, [&] {
+      m.forward_device();
+      m.backward_device();
+    });
+    // Phases of eager steps (hooks on; timed separately).
+    m.set_phase_timing(true);
+    for (int r = 0; r < g.reps; ++r) {
+      settle(m);
+      m.forward_device();
+      m.backward_device();
+    }
+    const gpu::PhaseTimes p = m.take_phase_times();
+    m.set_phase_timing(false);
+    const double steps = double(std::max<int64_t>(1, p.steps));
+    run->phases.gemm_s = p.gemm_s / steps;
+    run->phases.scan_s = p.scan_s / steps;
+    run->phases.elementwise_s = p.elementwise_s / steps;
+    run->phases.steps = p.steps;
+
+    // The step as one CUDA graph: captured, checked against the eager step, timed.
+    MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: before capture");
+    device_memory(&free1, &total);
+    m.capture_step();
+    MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: after capture");
+    device_memory(&free2, &total);
+    run->graph_mem = free1 > free2 ? free1 - free2 : 0;
+    run->graph_nodes = m.step_graph_nodes();
+    {
+      std::vector<float> eo, eg, go, gg;
+      settle(m);
+      m.forward_device();
+      m.backward_device();
+      m.download_output(eo);
+      m.download_grads(eg);
+      settle(m);
+      m.replay_step();
+      m.download_output(go);
+      m.download_grads(gg);
+      run->graph_equal = same_bits(eo, go) && same_bits(eg, gg);
+      if (!run->graph_equal)
+        std::fprintf(stderr, "%s: WARNING %s: the graph replay's %s differ from the eager step's\n",
+                     kProgram, c.name.c_str(), same_bits(eo, go) ? "gradients" : "outputs");
+    }
+    run->graph_s = median_seconds(m, run->timer, g.reps, [&] { m.replay_step(); });
     g.run = std::move(run);
   } catch (const std::exception& e) {
     g.run.reset();
@@ -211,42 +365,125 @@ void activate(StepBench& g, const StepCase& c, int i) {
   }
 }
 
+// Google Benchmark may call a case several times (iteration estimate, then the
+// run): one summary row per case, the last call's.
+void add_summary(std::vector<Summary>& rows, const Summary& s) {
+  if (!rows.empty() && rows.back().name == s.name)
+    rows.back() = s;
+  else
+    rows.push_back(s);
+}
+
 void run_case(benchmark::State& st, const StepCase& c, int index) {
   StepBench& g = *g_bench;
   if (g.active != index) activate(g, c, index);
   if (!g.run) {
     st.SkipWithError(g.run_error.c_str());
+    Summary s;
+    s.name = c.name;
+    s.error = g.run_error;
+    add_summary(g.summary, s);
     return;
   }
   StepRun& run = *g.run;
   gpu::Model& m = *run.model;
   auto stream = static_cast<cudaStream_t>(m.stream_handle());
   const double t = run_timed_loop(
-      st, run.timer, stream,
-      [&] {
-        m.reset_state();
-        // Whatever stream reset_state used, nothing of it may overlap the timed step.
-        MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before timing");
-      },
-      [&] {
-        m.forward_device();
-        m.backward_device();
-      },
-      &g.run_error);
+      st, run.timer, stream, [&] { settle(m); }, [&] { m.replay_step(); }, &g.run_error);
   if (t < 0) g.run.reset();
   if (t <= 0) return;
+
+  const PeerRow* peer = peer_of(c.d_model, c.T, c.n_layers);
+  const bool f32 = c.dtype == DType::F32;
+  const double peer_us = peer ? (f32 ? peer->f32_graph_us : peer->bf16_graph_us) : 0.0;
+  const double peer_gib = peer ? (f32 ? peer->f32_peak_gib : peer->bf16_peak_gib) : 0.0;
+  const double graph_us = run.graph_s * 1e6, eager_us = run.eager_s * 1e6;
+  const double peak_gib = double(m.device_bytes_allocated()) / double(1ull << 30);
+  const double speedup = peer_us > 0 && graph_us > 0 ? peer_us / graph_us : 0.0;
+  const double target = peer ? c.target() : 0.0;
+
   using benchmark::Counter;
-  st.counters["tokens_per_s"] = Counter(double(c.B * c.T) / t);
-  st.counters["TFLOPs"] = Counter(run.flops.total() / t / 1e12);
+  st.counters["tokens_per_s"] = Counter(double(c.B * c.T) / run.graph_s);
+  st.counters["TFLOPs"] = Counter(run.flops.total() / run.graph_s / 1e12);
   st.counters["flops_per_step"] = Counter(run.flops.total());
   st.counters["flops_gemm"] = Counter(run.flops.gemm_fwd + run.flops.gemm_bwd);
   st.counters["flops_scan"] = Counter(run.flops.scan);
+  st.counters["eager_us"] = Counter(eager_us);
+  st.counters["graph_us"] = Counter(graph_us);
+  st.counters["graph_speedup_vs_eager"] = Counter(graph_us > 0 ? eager_us / graph_us : 0.0);
+  st.counters["graph_nodes"] = Counter(double(run.graph_nodes));
+  st.counters["phase_gemm_us"] = Counter(run.phases.gemm_s * 1e6);
+  st.counters["phase_scan_us"] = Counter(run.phases.scan_s * 1e6);
+  st.counters["phase_elementwise_us"] = Counter(run.phases.elementwise_s * 1e6);
+  st.counters["phase_total_us"] = Counter(run.phases.total_s() * 1e6);
+  st.counters["gemm_TFLOPs"] =
+      Counter(run.phases.gemm_s > 0 ? (run.flops.gemm_fwd + run.flops.gemm_bwd) /
+                                          run.phases.gemm_s / 1e12
+                                    : 0.0);
   st.counters["model_bytes"] = Counter(double(m.device_bytes_allocated()));
+  st.counters["peak_bytes"] = Counter(double(m.device_bytes_allocated()));
   st.counters["mem_used_bytes"] = Counter(double(run.mem_used));
+  st.counters["graph_mem_bytes"] = Counter(double(run.graph_mem));
+  st.counters["peer_graph_us"] = Counter(peer_us);
+  st.counters["peer_peak_gib"] = Counter(peer_gib);
+  st.counters["speedup_vs_peer"] = Counter(speedup);
+  st.counters["target_speedup"] = Counter(target);
+  st.counters["meets_target"] = Counter(target > 0 && speedup >= target ? 1.0 : 0.0);
+  st.counters["peak_vs_peer"] = Counter(peer_gib > 0 ? peak_gib / peer_gib : 0.0);
   st.counters["checkpointed_scan"] =
       Counter(m.scan_route() == ScanRoute::Checkpointed ? 1.0 : 0.0);
   st.counters["verified"] = Counter(run.verified ? 1.0 : 0.0);
-  st.SetLabel(run.verified ? "ok" : "INCORRECT: " + run.verify_detail);
+  st.counters["graph_bitwise_equal"] = Counter(run.graph_equal ? 1.0 : 0.0);
+  std::string label = run.verified ? "ok" : "INCORRECT: " + run.verify_detail;
+  if (!run.graph_equal) label += "; INCORRECT: graph replay differs from the eager step";
+  st.SetLabel(label);
+
+  Summary s;
+  s.name = c.name;
+  s.eager_us = eager_us;
+  s.graph_us = graph_us;
+  s.peer_us = peer_us;
+  s.speedup = speedup;
+  s.target = target;
+  s.gemm_us = run.phases.gemm_s * 1e6;
+  s.scan_us = run.phases.scan_s * 1e6;
+  s.elem_us = run.phases.elementwise_s * 1e6;
+  s.peak_gib = peak_gib;
+  s.peer_gib = peer_gib;
+  s.graph_equal = run.graph_equal;
+  s.verified = run.verified;
+  add_summary(g.summary, s);
+}
+
+// The peer figure and the ratio beside each row, on stderr (the JSON has the same).
+void print_summary(const std::vector<Summary>& rows) {
+  std::fprintf(stderr,
+               "\n%s: graph figures vs state-spaces/mamba (issue 9; target bf16 >= %.1fx, "
+               "f32 strict >= %.1fx)\n",
+               kProgram, kTargetBf16, kTargetF32);
+  std::fprintf(stderr, "%-58s %9s %9s %9s %7s %7s %6s %9s %9s %9s %7s %7s %s\n", "case", "eager us",
+               "graph us", "peer us", "x peer", "target", "met", "gemm us", "scan us", "elem us",
+               "GiB", "peerGiB", "checks");
+  for (const Summary& s : rows) {
+    if (!s.error.empty()) {
+      std::fprintf(stderr, "%-58s %s\n", s.name.c_str(), s.error.c_str());
+      continue;
+    }
+    char peer[32] = "-", ratio[32] = "-", target[32] = "-", met[8] = "-", pg[32] = "-";
+    if (s.peer_us > 0) {
+      std::snprintf(peer, sizeof peer, "%.0f", s.peer_us);
+      std::snprintf(ratio, sizeof ratio, "%.2f", s.speedup);
+      std::snprintf(pg, sizeof pg, "%.2f", s.peer_gib);
+    }
+    if (s.target > 0) {
+      std::snprintf(target, sizeof target, "%.1f", s.target);
+      std::snprintf(met, sizeof met, "%s", s.speedup >= s.target ? "yes" : "NO");
+    }
+    std::fprintf(stderr, "%-58s %9.0f %9.0f %9s %7s %7s %6s %9.0f %9.0f %9.0f %7.2f %7s %s\n",
+                 s.name.c_str(), s.eager_us, s.graph_us, peer, ratio, target, met, s.gemm_us,
+                 s.scan_us, s.elem_us, s.peak_gib, pg,
+                 s.verified && s.graph_equal ? "ok" : "INCORRECT (see the label)");
+  }
 }
 
 std::string help_text;
@@ -258,15 +495,23 @@ void print_help() {
 int main_impl(int argc, char** argv) {
   ArgvRewrite rw(argc, argv);
   help_text = common_flags_help() +
-              "  (--sweep is the default case list for this program)\n"
-              "  --gemm=f32|tf32    f32 GEMM math (default f32: true f32; tf32 opt-in)\n" +
+              "  (default: the rows of issue 9's table; --sweep: every width x layers {1,4} x T "
+              "{512,2048})\n"
+              "  --gemm=f32|tf32    f32 GEMM tier (default f32 = strict; tf32 opt-in)\n"
+              "  --typed-gemm=tensor-core|strict\n"
+              "                     bf16 GEMM tier (default tensor-core)\n"
+              "  --reps=N           eager, graph and phase-timed steps per row (default 10, "
+              "--quick 3)\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
-  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm"});
+  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
+  const gpu::TypedGemm typed = gpu::parse_typed_gemm(
+      g.flags.get_string("typed-gemm", "tensor-core", {"tensor-core", "strict"}));
+  g.reps = int(g.flags.get_int("reps", g.flags.quick ? 3 : 10, 1, 1000));
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -281,26 +526,56 @@ int main_impl(int argc, char** argv) {
   g_bench = &g;
 
   add_common_context(g.dev, g.flags, kProgram,
-                     "cudaEventRecord on the model's stream around forward_device() + "
-                     "backward_device() (UseManualTime); 1 warm-up step per case; recurrent state "
-                     "reset before every step, untimed; no L2 scrub (working set >> L2)");
+                     "cudaEventRecord on the model's stream around each step; recurrent state "
+                     "reset and device synchronised before every step, untimed; 1 warm-up step "
+                     "per case; real_time = Google Benchmark's loop over graph replays "
+                     "(UseManualTime); eager_us / graph_us = median of " +
+                         std::to_string(g.reps) +
+                         " steps; no L2 scrub (working set >> L2)");
   using benchmark::AddCustomContext;
-  AddCustomContext("step_shapes", "d_model 768/1024/2048 (mamba-130m/-370m/-1.4b widths), "
-                                  "n_layers 1 and 4, B 8, T 512 and 2048, d_state 16, expand 2, "
-                                  "d_conv 4, input_dim = d_model, scan mode Auto");
+  AddCustomContext("step_shapes", "the rows of issue 9's table (d_model/T/layers 768/512/1, "
+                                  "768/2048/1, 1024/2048/1, 2048/2048/1, 768/2048/4; --sweep: "
+                                  "768/1024/2048 x 1,4 layers x T 512,2048), B 8, d_state 16, "
+                                  "expand 2, d_conv 4, input_dim = d_model, scan mode Auto");
   AddCustomContext("step_gemm_math", gpu::to_string(gemm));
-  AddCustomContext("typed_gemm_compute", "CUBLAS_COMPUTE_32F_PEDANTIC (bf16/f16 storage)");
+  AddCustomContext("gemm_tier_f32", gpu::describe(gpu::gemm_tier(DType::F32, gemm, typed)));
+  AddCustomContext("gemm_tier_bf16", gpu::describe(gpu::gemm_tier(DType::BF16, gemm, typed)));
+  AddCustomContext("typed_gemm_compute",
+                   gpu::cublas_compute_name(gpu::gemm_tier(DType::BF16, gemm, typed)));
+  AddCustomContext("graph", "Model::capture_step: one eager warm-up step, then forward_device + "
+                            "backward_device captured (cudaStreamCaptureModeThreadLocal) into "
+                            "one CUDA graph, instantiated and uploaded; replay_step = "
+                            "cudaGraphLaunch; graph_bitwise_equal compares one replay's output "
+                            "and gradients with an eager step's, bit for bit");
+  AddCustomContext("phases", "Model::set_phase_timing: CUDA events before and after every cuBLAS "
+                             "GEMM and every scan kernel call, and at the start and end of the "
+                             "step; phase_*_us = stream time between marks per step (mean of "
+                             "--reps eager steps; launch gaps included; elementwise = everything "
+                             "that is neither GEMM nor scan)");
   AddCustomContext("flop_model",
                    "G = 2*BT*(dm*2di + di*xd + dr*di + di*dm) per layer; fwd = L*G + "
                    "2*BT*mid*dm (input_proj); bwd = 2*L*G + 2*BT*mid*dm (input_proj dW only); "
                    "scan = L*(9+20)*BT*di*ds (fwd ~9, bwd ~20 flops per state update); "
-                   "elementwise kernels ignored; TFLOPs = total/t");
-  AddCustomContext("memory", "model_bytes = Model::device_bytes_allocated(); mem_used_bytes = "
-                             "cudaMemGetInfo free-memory drop across construction + one step");
+                   "elementwise kernels ignored; TFLOPs = total/graph time; gemm_TFLOPs = GEMM "
+                   "flops / phase_gemm_us");
+  AddCustomContext("memory", "peak_bytes = model_bytes = Model::device_bytes_allocated() (every "
+                             "buffer of the step + the cuBLAS workspace; the step allocates "
+                             "nothing); mem_used_bytes = cudaMemGetInfo free-memory drop across "
+                             "construction + one step; graph_mem_bytes = the drop across "
+                             "capture_step; peak_vs_peer = peak GiB / peer peak GiB");
+  AddCustomContext("peer", "state-spaces/mamba fast path on an H200 (Mamba block, mamba_inner_fn, "
+                           "causal_conv1d, RMSNorm + residual around the mixer, PyTorch 2.11, "
+                           "TF32 off), B 8, the step replayed as one CUDA graph (issue 9's "
+                           "table): peer_graph_us, peer_peak_gib; speedup_vs_peer = "
+                           "peer_graph_us / graph_us");
+  AddCustomContext("targets", "issue 9: graph figures, bf16 (tensor-core tier) >= 2x the peer's "
+                              "bf16, f32 (strict tier) >= 1.5x the peer's f32; target_speedup "
+                              "0 = no target for this row's tier");
   AddCustomContext("verify_method", "one host-visible forward + backward from zero state: output "
-                                    "and all gradients finite -> verified = 1");
+                                    "and all gradients finite -> verified = 1; one graph replay "
+                                    "vs one eager step bitwise -> graph_bitwise_equal = 1");
 
-  const std::vector<StepCase> all = make_cases(g.flags, gemm);
+  const std::vector<StepCase> all = make_cases(g.flags, gemm, typed);
   std::vector<StepCase> mine;
   for (const auto& c : all)
     if (c.group % g.flags.shard_count == g.flags.shard_index) mine.push_back(c);
@@ -318,6 +593,7 @@ int main_impl(int argc, char** argv) {
                g.dev.info.name.c_str());
   benchmark::RunSpecifiedBenchmarks();
   g.run.reset();
+  print_summary(g.summary);
   benchmark::Shutdown();
   g_bench = nullptr;
   return 0;

@@ -99,12 +99,13 @@ ModelInputs make_model_inputs(const ModelConfig& cfg, int64_t B, int64_t T, uint
 
 
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan, gpu::GemmMath gemm,
-                            bool check_finite, ScanExp exp) {
+                            bool check_finite, ScanExp exp, gpu::TypedGemm typed) {
   gpu::RunOptions opt;
   opt.dtype = in.dtype;
   opt.scan = scan;
   opt.scan_exp = exp;
   opt.gemm = gemm;
+  opt.typed_gemm = typed;
   opt.state_grads = true;
   opt.check_finite = check_finite;
   gpu::Model m(in.cfg, in.B, in.T, opt);
@@ -211,14 +212,15 @@ std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType stor
 
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan, gpu::GemmMath gemm,
-                                    bool check_finite, int stat_runs) {
+                                    bool check_finite, gpu::TypedGemm typed, int stat_runs) {
   const ModelInputs in = make_model_inputs(cfg, B, T, seed, dtype);
   const auto O = oracle_run<double>(in, DType::F32);
   const auto P = oracle_run<float>(in, dtype);
-  const auto K = gpu_run(in, scan, gemm, check_finite);
+  const auto K = gpu_run(in, scan, gemm, check_finite, ScanExp::Auto, typed);
   const auto E = mca_ensemble(in, dtype, stat_runs, seed);
   return compare_model(describe(cfg, B, T) + " dtype=" + to_string(dtype) +
-                           " scan=" + to_string(scan),
+                           " scan=" + to_string(scan) +
+                           " gemm=" + to_string(gpu::gemm_tier(dtype, gemm, typed)),
                        in, K, O, P, stat_runs > 0 ? &E : nullptr);
 }
 

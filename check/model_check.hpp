@@ -97,10 +97,12 @@ ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward =
 
 // The GPU pipeline (dtype = in.dtype) with state gradients. With check_finite
 // every step's outputs are scanned and gpu::NonFiniteError names the first
-// NaN/Inf (step, tensor, index, overflow).
+// NaN/Inf (step, tensor, index, overflow). gemm: the f32 GEMMs' tier, typed:
+// the bf16/f16 GEMMs' tier (gpu/model.hpp; defaults: strict f32, tensor cores).
 ModelOutputs<float> gpu_run(const ModelInputs& in, ScanMode scan,
                             gpu::GemmMath gemm = gpu::GemmMath::F32, bool check_finite = false,
-                            ScanExp exp = ScanExp::Auto);
+                            ScanExp exp = ScanExp::Auto,
+                            gpu::TypedGemm typed = gpu::TypedGemm::TensorCore);
 
 std::string describe(const ModelConfig& c, int64_t B, int64_t T);
 
@@ -143,6 +145,8 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan,
                                     gpu::GemmMath gemm = gpu::GemmMath::F32,
-                                    bool check_finite = false, int stat_runs = 0);
+                                    bool check_finite = false,
+                                    gpu::TypedGemm typed = gpu::TypedGemm::TensorCore,
+                                    int stat_runs = 0);
 
 }  // namespace mc::check

@@ -42,6 +42,8 @@ const char* const kValidateHelp =
     "  --cpu-only        skip the GPU checks even when a GPU is present\n"
     "  --gpu-only        skip the CPU oracle self-checks\n"
     "  --tf32            run f32 GEMMs in TF32 (recorded in the output)\n"
+    "  --typed-gemm T    bf16/f16 GEMM tier: tensor-core (default: CUBLAS_COMPUTE_32F, tensor\n"
+    "                    cores with f32 accumulation) | strict (CUBLAS_COMPUTE_32F_PEDANTIC)\n"
     "  --check-finite    scan every GPU step's outputs for NaN/Inf; the first one found is\n"
     "                    reported with its step, tensor and index (f16 overflow as overflow)\n"
     "  --json FILE       write all results as JSON (reports/README.md schema)\n"
@@ -126,16 +128,20 @@ void run_cpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed) {
 // ---- GPU: the pipeline against the oracle ----------------------------------
 
 void run_gpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed, DType dtype,
-                    ScanMode scan, gpu::GemmMath gemm, bool check_finite, bool verbose) {
+                    ScanMode scan, gpu::GemmMath gemm, gpu::TypedGemm typed, bool check_finite,
+                    bool verbose) {
   if (!check::shape_ok_for_k_rule(nc.cfg, nc.B, nc.T)) {
     s.add(nc.name, std::string("gpu ") + to_string(dtype),
           "skipped: a tensor has < 16 elements, too few for the k-rule", true);
     return;
   }
-  const std::string check = std::string("gpu ") + to_string(dtype) + " " + to_string(scan);
+  const gpu::GemmTier tier = gpu::gemm_tier(dtype, gemm, typed);
+  const std::string check = std::string("gpu ") + to_string(dtype) + " " + to_string(scan) +
+                            " gemm:" + to_string(tier);
   check::Comparison c;
   try {
-    c = check::check_gpu_against_oracle(nc.cfg, nc.B, nc.T, seed, dtype, scan, gemm, check_finite);
+    c = check::check_gpu_against_oracle(nc.cfg, nc.B, nc.T, seed, dtype, scan, gemm, check_finite,
+                                        typed);
   } catch (const gpu::NonFiniteError& e) {
     s.add(nc.name, check,
           std::string(e.overflow ? "f16 OVERFLOW" : "NON-FINITE") + " at step " + e.step +
@@ -151,7 +157,9 @@ void run_gpu_checks(Summary& s, const ref::NamedConfig& nc, uint64_t seed, DType
     if (!worst || r.headroom > worst->headroom) worst = &r;
     s.precision_json.push_back(report::precision_row_json(
         to_string(dtype), check::describe(nc.cfg, nc.B, nc.T), r,
-        {{"config", report::json_string(nc.name)}, {"scan", report::json_string(to_string(scan))}}));
+        {{"config", report::json_string(nc.name)},
+         {"scan", report::json_string(to_string(scan))},
+         {"gemm_tier", report::json_string(to_string(tier))}}));
   }
   std::string detail = std::to_string(passed) + "/" + std::to_string(c.tensors.size()) +
                        " tensors, max k " + fmt("%.3g", c.max_k());
@@ -173,12 +181,13 @@ std::vector<ScanMode> parse_scans(const std::string& s) {
 }  // namespace
 
 int cmd_validate(int argc, char** argv) {
-  Args args(argc, argv, 2, {"config", "dtype", "scan", "seed", "json"},
+  Args args(argc, argv, 2, {"config", "dtype", "scan", "seed", "json", "typed-gemm"},
             {"cpu-only", "gpu-only", "tf32", "check-finite", "verbose"});
   const std::vector<DType> dtypes = parse_dtypes(args.get("dtype", "f32"));
   const std::vector<ScanMode> scans = parse_scans(args.get("scan", "auto"));
   const uint64_t seed = args.get_u64("seed", 1);
   const gpu::GemmMath gemm = args.flag("tf32") ? gpu::GemmMath::TF32 : gpu::GemmMath::F32;
+  const gpu::TypedGemm typed = gpu::parse_typed_gemm(args.get("typed-gemm", "tensor-core"));
   std::vector<ref::NamedConfig> configs;
   if (args.has("config")) {
     for (const std::string& n : args.all("config")) configs.push_back(ref::builtin_config(n));
@@ -192,7 +201,9 @@ int cmd_validate(int argc, char** argv) {
   std::printf("mambacheck validate: %zu configs, seed %llu\n", configs.size(),
               (unsigned long long)seed);
   if (gpu)
-    std::printf("GPU checks on %s (f32 GEMMs: %s)\n", device.c_str(), gpu::to_string(gemm));
+    std::printf("GPU checks on %s (GEMM tiers: f32 %s, bf16/f16 %s)\n", device.c_str(),
+                gpu::to_string(gpu::gemm_tier(DType::F32, gemm, typed)),
+                gpu::to_string(gpu::gemm_tier(DType::BF16, gemm, typed)));
   else
     std::printf("CPU checks only: %s\n",
                 args.flag("cpu-only") ? "--cpu-only given" : reason.c_str());
@@ -207,7 +218,8 @@ int cmd_validate(int argc, char** argv) {
     if (gpu)
       for (DType t : dtypes)
         for (ScanMode m : scans)
-          run_gpu_checks(s, nc, seed, t, m, gemm, args.flag("check-finite"), args.flag("verbose"));
+          run_gpu_checks(s, nc, seed, t, m, gemm, typed, args.flag("check-finite"),
+                         args.flag("verbose"));
   }
 
   int failed = 0;
@@ -225,7 +237,10 @@ int cmd_validate(int argc, char** argv) {
     const std::string context = report::context_json(
         "mambacheck validate", gpu,
         {{"seed", report::json_int((long long)seed)},
-         {"f32_gemm", report::json_string(gpu::to_string(gemm))}});
+         {"f32_gemm", report::json_string(gpu::to_string(gemm))},
+         {"gemm_tier_f32", report::json_string(gpu::describe(gpu::gemm_tier(DType::F32, gemm, typed)))},
+         {"gemm_tier_bf16_f16",
+          report::json_string(gpu::describe(gpu::gemm_tier(DType::BF16, gemm, typed)))}});
     report::write_validation_json(args.get("json", ""), context,
                                   {{"oracle_checks", s.oracle_json}, {"precision", s.precision_json}});
   }

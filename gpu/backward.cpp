@@ -81,7 +81,9 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.dh0 = dh0;
   sp.workspace = scan_scratch_.get();
   sp.workspace_bytes = scan_scratch_.bytes();
+  ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::backward<T>(sp, s);
+  ctx_.phases().mark(Phase::Elementwise, s);
   fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
   fc_.check("B3 scan", l, "d_u", dU, R * di);
   fc_.check("B3 scan", l, "dB", dB_.get(), R * ds);

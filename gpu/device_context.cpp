@@ -119,8 +119,6 @@ std::string DeviceInfo::to_string() const {
   return os.str();
 }
 
-const char* to_string(GemmMath g) { return g == GemmMath::TF32 ? "tf32" : "f32"; }
-
 // ---- cuBLAS errors ---------------------------------------------------------------------
 
 void check_cublas(cublasStatus_t s, const char* call, const std::string& ctx) {
@@ -146,9 +144,11 @@ DeviceContext::DeviceContext(int device, GemmMath math) : device_(device), math_
                     "cuBLAS workspace");
     MC_CUBLAS_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST), "pointer mode");
     MC_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED), "atomics mode");
-    MC_CUBLAS_CHECK(cublasSetMathMode(cublas_, math == GemmMath::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                      : CUBLAS_DEFAULT_MATH),
-                    std::string("math mode ") + to_string(math));
+    const int base = math == GemmMath::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    MC_CUBLAS_CHECK(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(
+                                                   base | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                    std::string("math mode ") + to_string(math) +
+                        " | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION");
   } catch (...) {
     if (cublas_) cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);

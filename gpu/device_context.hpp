@@ -6,10 +6,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
 
 #include "gpu/device_buffer.hpp"
 #include "gpu/model.hpp"
+#include "gpu/phase_timer.hpp"
 
 namespace mc::gpu {
 
@@ -33,7 +35,11 @@ class DeviceContext {
   // Selects `device` (ConfigError if it does not exist), creates a non-blocking
   // stream and a cuBLAS handle bound to it with: own workspace, pointer mode
   // host, atomics NOT allowed (determinism), math mode CUBLAS_DEFAULT_MATH for
-  // GemmMath::F32 or CUBLAS_TF32_TENSOR_OP_MATH for GemmMath::TF32.
+  // GemmMath::F32 or CUBLAS_TF32_TENSOR_OP_MATH for GemmMath::TF32, always with
+  // CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (split-K partial sums of a
+  // bf16/f16-output GEMM are reduced in f32, never in the output type; no
+  // effect on f32-output GEMMs). The compute type of each GEMM (its tier) is
+  // chosen per call by Gemm (gemm.hpp).
   DeviceContext(int device, GemmMath math);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
@@ -47,6 +53,8 @@ class DeviceContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   size_t workspace_bytes() const { return workspace_.bytes(); }
+  // The optional per-phase timing of this model's eager steps (off by default).
+  PhaseTimer& phases() const { return *phases_; }
 
  private:
   int device_ = 0;
@@ -54,6 +62,7 @@ class DeviceContext {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
+  std::unique_ptr<PhaseTimer> phases_ = std::make_unique<PhaseTimer>();
 };
 
 }  // namespace mc::gpu

@@ -88,7 +88,9 @@ void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, fl
   sp.h_final = ssm_state;
   sp.saved = a.scan_saved;
   sp.y = {a.y, di};
+  ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::forward<T>(sp, s);
+  ctx_.phases().mark(Phase::Elementwise, s);
   fc_.check("F4d scan", l, "y", a.y, R * di);
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
   if (a.scan_saved)

@@ -5,13 +5,19 @@
 //   weight_grad  dW [K, N] += Xᵀ · dY                     (accumulate, beta = 1, f32 master grad)
 // Storage type T of A/B in {float, __nv_bfloat16, __half}; the output type is
 // T or float (typed GEMMs may write f32: biased forwards into an f32 temp,
-// dW into the f32 gradient arena). cublasGemmEx_64 (64-bit sizes) with:
-//   f32 inputs:   CUBLAS_COMPUTE_32F_PEDANTIC (true f32), or CUBLAS_COMPUTE_32F_FAST_TF32
-//                 only when GemmMath::TF32 was chosen explicitly;
-//   typed inputs: CUBLAS_COMPUTE_32F_PEDANTIC (f32 accumulate, spec §6.5).
+// dW into the f32 gradient arena). cublasGemmEx_64 (64-bit sizes,
+// CUBLAS_GEMM_DEFAULT) on the tier of model.hpp:
+//   f32 inputs:   CUBLAS_COMPUTE_32F_PEDANTIC (tier strict, true f32), or
+//                 CUBLAS_COMPUTE_32F_FAST_TF32 only when GemmMath::TF32 was chosen;
+//   typed inputs: CUBLAS_COMPUTE_32F (tier tensor-core, the default: tensor cores,
+//                 exact bf16/f16 products, f32 accumulation, spec §6.5), or
+//                 CUBLAS_COMPUTE_32F_PEDANTIC (TypedGemm::Strict: no tensor cores).
+// The handle's math mode (device_context.hpp) forbids reduced-precision split-K
+// reductions, so a typed output is rounded once from the f32 accumulator.
 // Row-major mapping via Cᵀ = Bᵀ·Aᵀ (spec §2.2 table). Every call is checked:
 // a failure names the cuBLAS status, the GEMM (e.g. "layer 2 x_proj dW"), its
-// role and m, n, k.
+// role, m, n, k and the compute type. With phase timing on (phase_timer.hpp)
+// every call is marked as a GEMM interval on the handle's stream.
 #pragma once
 
 #include <cublas_v2.h>
@@ -23,9 +29,15 @@
 
 namespace mc::gpu {
 
+class PhaseTimer;
+
 class Gemm {
  public:
-  Gemm(cublasHandle_t handle, GemmMath math) : handle_(handle), math_(math) {}
+  // math: the f32 GEMMs' tier; typed: the bf16/f16 GEMMs' tier; phases:
+  // optional phase-timing hook (nullptr: none).
+  Gemm(cublasHandle_t handle, GemmMath math, TypedGemm typed = TypedGemm::TensorCore,
+       PhaseTimer* phases = nullptr)
+      : handle_(handle), math_(math), typed_(typed), phases_(phases) {}
 
   // Y [M, N] (row stride ldy) = X [M, K] (row stride ldx) · W [K, N]
   template <class T, class TOut>
@@ -41,10 +53,13 @@ class Gemm {
                    int64_t M, int64_t K, int64_t N) const;
 
   GemmMath math() const { return math_; }
+  TypedGemm typed() const { return typed_; }
 
  private:
   cublasHandle_t handle_;
   GemmMath math_;
+  TypedGemm typed_;
+  PhaseTimer* phases_;
 };
 
 }  // namespace mc::gpu

@@ -3,7 +3,9 @@
 // construction from RunOptions::dtype.
 #include <sstream>
 
+#include "gpu/phase_timer.hpp"
 #include "gpu/pipeline.hpp"
+#include "gpu/step_graph.hpp"
 
 namespace mc::gpu {
 
@@ -17,6 +19,7 @@ struct Model::Impl {
       ctx.activate();  // free the buffers on the model's device
     } catch (...) {
     }
+    graph.reset();
     pipe.reset();
   }
   Dims dims;
@@ -25,6 +28,8 @@ struct Model::Impl {
   int64_t B, T;
   DeviceContext ctx;
   std::unique_ptr<PipelineBase> pipe;
+  StepGraph graph;           // capture_step / replay_step
+  bool have_params = false;  // set_params was called
 };
 
 namespace {
@@ -66,11 +71,15 @@ ScanRoute Model::scan_route() const { return mc::scan_route(impl_->opt.scan, imp
 ScanExp Model::scan_exp() const {
   return mc::scan_exp(impl_->opt.scan_exp, scan_route(), impl_->opt.dtype);
 }
+GemmTier Model::gemm_tier() const {
+  return mc::gpu::gemm_tier(impl_->opt.dtype, impl_->opt.gemm, impl_->opt.typed_gemm);
+}
 
 void Model::set_params(const std::vector<float>& host) {
   require_size("params", host, impl_->layout.total, "params_total");
   impl_->ctx.activate();
   impl_->pipe->set_params(host.data());
+  impl_->have_params = true;
 }
 
 void Model::set_state(const std::vector<float>& conv, const std::vector<float>& ssm) {
@@ -111,6 +120,8 @@ void Model::backward(const std::vector<float>& d_out, std::vector<float>& grads,
         "false");
   upload_d_out(d_out);
   impl_->pipe->backward(d_input != nullptr);
+  impl_->ctx.phases().mark(Phase::Idle, impl_->ctx.stream());
+  impl_->ctx.phases().count_step();
   grads.resize(size_t(impl_->layout.total));
   impl_->pipe->download_grads(grads.data());
   if (d_conv0) d_conv0->resize(size_t(d.L * impl_->B * d.di * d.dc));
@@ -145,12 +156,114 @@ void Model::upload_d_out(const std::vector<float>& d_out) {
 
 void Model::forward_device() {
   impl_->ctx.activate();
+  impl_->ctx.phases().mark(Phase::Elementwise, impl_->ctx.stream());
   impl_->pipe->forward();
 }
 
 void Model::backward_device() {
   impl_->ctx.activate();
   impl_->pipe->backward(false);
+  impl_->ctx.phases().mark(Phase::Idle, impl_->ctx.stream());
+  impl_->ctx.phases().count_step();
+}
+
+// ---- CUDA graph of the training step -------------------------------------------------
+
+namespace {
+
+// Why this model's step cannot be captured ("" if it can).
+std::string capture_refusal(const RunOptions& opt, bool have_params, bool phase_timing) {
+  if (opt.check_finite)
+    return "RunOptions::check_finite is on: after every step the non-finite detector copies the "
+           "first bad index to the host and synchronises (kern::first_nonfinite), which a CUDA "
+           "graph cannot contain. Capture a model with check_finite off, or run checked steps "
+           "eagerly (forward_device / backward_device)";
+  if (launch_sync_enabled())
+    return "MAMBACHECK_SYNC_LAUNCHES is set: every kernel launch is followed by "
+           "cudaDeviceSynchronize, which is illegal while a stream is being captured. Unset it "
+           "to capture (it is a debugging aid for eager steps)";
+  if (phase_timing)
+    return "phase timing is on (set_phase_timing): its CUDA events are read back by the host "
+           "after each eager step. Turn it off to capture; phases are measured on eager steps";
+  if (!have_params) return "no parameters: call set_params() before capturing the step";
+  return "";
+}
+
+}  // namespace
+
+void Model::capture_step() {
+  Impl& m = *impl_;
+  const std::string why = capture_refusal(m.opt, m.have_params, m.ctx.phases().enabled());
+  if (!why.empty()) throw CaptureRefused("Model::capture_step refused: " + why);
+  m.ctx.activate();
+  m.graph.reset();
+  // Warm-up: one eager step loads every kernel module and initialises cuBLAS
+  // outside the capture; the recurrent state it advanced is put back.
+  std::vector<float> conv, ssm;
+  get_state(conv, ssm);
+  m.pipe->forward();
+  m.pipe->backward(false);
+  MC_CUDA_CHECK(cudaStreamSynchronize(m.ctx.stream()), "capture_step: warm-up step");
+  m.pipe->set_state(conv.data(), ssm.data());
+  m.graph.capture(
+      m.ctx.stream(),
+      [&] {
+        m.pipe->forward();
+        m.pipe->backward(false);
+      },
+      "the training step (forward_device + backward_device)");
+}
+
+void Model::replay_step() {
+  if (!impl_->graph.ready())
+    throw std::logic_error("Model::replay_step called before capture_step");
+  impl_->ctx.activate();
+  impl_->graph.launch(impl_->ctx.stream());
+}
+
+bool Model::step_captured() const { return impl_->graph.ready(); }
+
+int64_t Model::step_graph_nodes() const { return int64_t(impl_->graph.nodes()); }
+
+void Model::release_step() {
+  impl_->ctx.activate();
+  impl_->graph.reset();
+}
+
+// ---- phase timing ---------------------------------------------------------------------
+
+void Model::set_phase_timing(bool on) {
+  impl_->ctx.activate();
+  MC_CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream()), "set_phase_timing");
+  impl_->ctx.phases().set_enabled(on);
+}
+
+PhaseTimes Model::take_phase_times() {
+  impl_->ctx.activate();
+  return impl_->ctx.phases().take();
+}
+
+void Model::download_output(std::vector<float>& out) {
+  impl_->ctx.activate();
+  out.resize(size_t(impl_->B * impl_->T * impl_->dims.dm));
+  impl_->pipe->download_output(out.data());
+}
+
+void Model::download_grads(std::vector<float>& grads, std::vector<float>* d_conv0,
+                           std::vector<float>* d_ssm0) {
+  const Dims& d = impl_->dims;
+  if ((d_conv0 || d_ssm0) && !impl_->opt.state_grads)
+    throw ConfigError(
+        "state gradients requested (d_conv0/d_ssm0 non-null) but RunOptions::state_grads is "
+        "false");
+  impl_->ctx.activate();
+  grads.resize(size_t(impl_->layout.total));
+  impl_->pipe->download_grads(grads.data());
+  if (d_conv0) d_conv0->resize(size_t(d.L * impl_->B * d.di * d.dc));
+  if (d_ssm0) d_ssm0->resize(size_t(d.L * impl_->B * d.di * d.ds));
+  if (d_conv0 || d_ssm0)
+    impl_->pipe->download_state_grads(d_conv0 ? d_conv0->data() : nullptr,
+                                      d_ssm0 ? d_ssm0->data() : nullptr);
 }
 
 void Model::synchronize() {

@@ -53,16 +53,41 @@ void select_device(int device);
 // The device last passed to select_device (0 until then).
 int default_device();
 
-// How f32 GEMMs run. TF32 is an explicit opt-in and is recorded in every
-// report; typed (bf16/f16) GEMMs always use CUBLAS_COMPUTE_32F_PEDANTIC.
+// GEMM tiers (issue 9). Every cuBLAS GEMM of a Model runs on one tier,
+// resolved from the storage dtype and two options:
+//   f32 storage (RunOptions::gemm, GemmMath):
+//     F32  -> tier "strict": CUBLAS_COMPUTE_32F_PEDANTIC, true f32 (the default);
+//     TF32 -> tier "tf32":   CUBLAS_COMPUTE_32F_FAST_TF32, an explicit opt-in.
+//   bf16/f16 storage (RunOptions::typed_gemm, TypedGemm):
+//     TensorCore -> tier "tensor-core": CUBLAS_COMPUTE_32F, tensor cores with f32
+//                   accumulation (the default);
+//     Strict     -> tier "strict": CUBLAS_COMPUTE_32F_PEDANTIC (no tensor cores).
+// On every tier the handle forbids reduced-precision split-K reductions
+// (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a GEMM's partial sums are
+// reduced in f32 and its result is rounded to the output type once, which is
+// what the same-precision baseline of the precision rule models
+// (reference_cpu/model.cpp, docs/DESIGN.md "GEMM tiers"). Atomics are not
+// allowed, the workspace is fixed: cuBLAS's choice of kernel is a pure function
+// of (shape, types, alignment, device, cuBLAS version), so bits reproduce.
+// Every report and JSON names the tier (to_string(GemmTier)).
 enum class GemmMath { F32, TF32 };
-const char* to_string(GemmMath g);
+const char* to_string(GemmMath g);  // "f32" | "tf32"
+enum class TypedGemm { TensorCore, Strict };
+const char* to_string(TypedGemm t);                 // "tensor-core" | "strict"
+TypedGemm parse_typed_gemm(const std::string& s);   // the same names; throws ConfigError
+enum class GemmTier { Strict, TF32, TensorCore };
+GemmTier gemm_tier(DType dtype, GemmMath f32_math, TypedGemm typed);
+const char* to_string(GemmTier t);                  // "strict" | "tf32" | "tensor-core"
+const char* cublas_compute_name(GemmTier t);        // "CUBLAS_COMPUTE_32F_PEDANTIC", ...
+// One sentence for reports: the tier, its compute type and what it means.
+std::string describe(GemmTier t);
 
 struct RunOptions {
   DType dtype = DType::F32;        // storage dtype of the typed activations
   ScanMode scan = ScanMode::Auto;  // Auto = the checkpointed route (core/config.hpp)
   ScanExp scan_exp = ScanExp::Auto;  // the scan's exp(δ·A) (kernels/scan/scan.hpp)
-  GemmMath gemm = GemmMath::F32;
+  GemmMath gemm = GemmMath::F32;   // f32 GEMMs: strict (default) or TF32 (opt-in)
+  TypedGemm typed_gemm = TypedGemm::TensorCore;  // bf16/f16 GEMMs: tensor cores (default) or strict
   bool state_grads = false;        // compute ∂L/∂(initial conv/SSM state)
   bool check_finite = false;       // scan every step's outputs for NaN/Inf
   int device = default_device();  // 0 unless select_device() chose another
@@ -80,6 +105,23 @@ class NonFiniteError : public std::runtime_error {
   bool overflow;  // true when a finite input overflowed the storage dtype (f16)
 };
 
+// Thrown by Model::capture_step when the step cannot be captured into a CUDA
+// graph: the message names the feature and what to do instead.
+class CaptureRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Stream time of eager steps by phase (Model::set_phase_timing): GEMMs (every
+// cuBLAS call), the scan (forward and backward kernels) and everything else
+// ("elementwise": norms, conv, casts, gating, reductions, memsets, launch
+// gaps). The three add up to the event-timed wall time of the steps.
+struct PhaseTimes {
+  double gemm_s = 0, scan_s = 0, elementwise_s = 0;
+  int64_t steps = 0;  // backward_device() calls timed
+  double total_s() const { return gemm_s + scan_s + elementwise_s; }
+};
+
 class Model {
  public:
   // Validates config and shape (ConfigError naming field, value, limit) and
@@ -95,6 +137,7 @@ class Model {
   const RunOptions& options() const;
   ScanRoute scan_route() const;  // the scan implementation this model runs
   ScanExp scan_exp() const;      // and its exponential (Auto resolved)
+  GemmTier gemm_tier() const;    // the tier every GEMM of this model runs on
 
   // Parameters: f32 arena in ParamLayout order ([total]); typed compute copies
   // and a_neg are refreshed from it.
@@ -122,9 +165,50 @@ class Model {
   void upload_d_out(const std::vector<float>& d_out);
   void forward_device();
   void backward_device();
+  // Results of the last device step (eager or replay_step), downloaded
+  // (synchronises): out [B*T, dm]; grads [total] and, with state_grads,
+  // d_conv0 / d_ssm0 (null: not wanted).
+  void download_output(std::vector<float>& out);
+  void download_grads(std::vector<float>& grads, std::vector<float>* d_conv0 = nullptr,
+                      std::vector<float>* d_ssm0 = nullptr);
   void synchronize();
   void* stream_handle();  // cudaStream_t
   int64_t device_bytes_allocated() const;
+
+  // CUDA graph of the training step (issue 9). capture_step() records one
+  // training step — exactly what forward_device() + backward_device() enqueue:
+  // every kernel, cuBLAS call and memset — into one CUDA graph and
+  // instantiates it; replay_step() launches it on the model's stream (enqueue
+  // only, like the *_device calls). A replay reads the uploaded input and d_out,
+  // the parameters and the recurrent state from device memory when it runs, and
+  // writes what an eager step writes (output, final state, saved activations,
+  // gradients) with the same kernels, arguments and order: the same bits as an
+  // eager step (validation/gpu/test_step_graph.cpp). upload_input, upload_d_out,
+  // set_params, set_state and reset_state between replays are honoured: they
+  // write the buffers the graph reads. Host-side downloads (get_state,
+  // Model::backward's grads, ...) work after a replay as after an eager step.
+  // Before capturing, one eager step runs as a warm-up (kernel modules and
+  // cuBLAS are loaded outside the capture); the recurrent state is restored
+  // afterwards, so capture_step() leaves the state as it found it (the
+  // output, activations and gradients hold the warm-up step's values).
+  // Refused with CaptureRefused, before anything is enqueued, where the step
+  // cannot be pure device work: RunOptions::check_finite (a device-to-host
+  // copy and a synchronisation after every step), MAMBACHECK_SYNC_LAUNCHES (a
+  // synchronisation after every launch), phase timing on (host-read events),
+  // or no parameters yet. A failed capture leaves no graph and a usable model.
+  void capture_step();
+  void replay_step();
+  bool step_captured() const;
+  int64_t step_graph_nodes() const;  // nodes of the captured graph (0: none)
+  void release_step();               // frees the graph
+
+  // Per-phase timing of eager steps (PhaseTimes; gpu/phase_timer.hpp): while
+  // on, the model records CUDA events around its GEMMs and scans. Everything
+  // enqueued on the model's stream between marks is attributed, so time only
+  // training steps (forward_device + backward_device) while it is on.
+  // take_phase_times() synchronises and returns the sums since the last take.
+  void set_phase_timing(bool on);
+  PhaseTimes take_phase_times();
 
   struct Impl;
 

@@ -17,7 +17,6 @@ void select_device(int) { throw GpuUnavailable(kReason); }
 int default_device() { return 0; }
 DeviceInfo device_info(int) { throw GpuUnavailable(kReason); }
 std::string DeviceInfo::to_string() const { return name; }
-const char* to_string(GemmMath g) { return g == GemmMath::TF32 ? "tf32" : "f32"; }
 
 // Every Model member is unreachable (the constructor throws) but must link.
 struct Model::Impl {};
@@ -47,8 +46,20 @@ void Model::upload_input(const std::vector<float>&) { unavailable(); }
 void Model::upload_d_out(const std::vector<float>&) { unavailable(); }
 void Model::forward_device() { unavailable(); }
 void Model::backward_device() { unavailable(); }
+void Model::download_output(std::vector<float>&) { unavailable(); }
+void Model::download_grads(std::vector<float>&, std::vector<float>*, std::vector<float>*) {
+  unavailable();
+}
 void Model::synchronize() { unavailable(); }
 void* Model::stream_handle() { unavailable(); }
 int64_t Model::device_bytes_allocated() const { unavailable(); }
+GemmTier Model::gemm_tier() const { unavailable(); }
+void Model::capture_step() { unavailable(); }
+void Model::replay_step() { unavailable(); }
+bool Model::step_captured() const { unavailable(); }
+int64_t Model::step_graph_nodes() const { unavailable(); }
+void Model::release_step() { unavailable(); }
+void Model::set_phase_timing(bool) { unavailable(); }
+PhaseTimes Model::take_phase_times() { unavailable(); }
 
 }  // namespace mc::gpu

@@ -46,7 +46,7 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
       scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
-      gemm_(ctx.cublas(), opt.gemm),
+      gemm_(ctx.cublas(), opt.gemm, opt.typed_gemm, &ctx.phases()),
       fc_(opt.check_finite, ctx.stream()) {
   kern::scan::check_shape(scan_shape_, route_);
   const int64_t L = d_.L, dm = d_.dm, di = d_.di, ds = d_.ds, dc = d_.dc, dr = d_.dr,

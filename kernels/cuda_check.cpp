@@ -23,6 +23,8 @@ static bool sync_launches() {
   return on;
 }
 
+bool launch_sync_enabled() { return sync_launches(); }
+
 void check_launch(const char* kernel, const char* file, int line) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess && sync_launches()) e = cudaDeviceSynchronize();

@@ -33,6 +33,8 @@ inline void check_cuda(cudaError_t e, const char* call, const std::string& ctx, 
 // With MAMBACHECK_SYNC_LAUNCHES=1 in the environment it also synchronises, so
 // an asynchronous fault is attributed to the kernel that caused it.
 void check_launch(const char* kernel, const char* file, int line);
+// True when MAMBACHECK_SYNC_LAUNCHES asks check_launch to synchronise (read once).
+bool launch_sync_enabled();
 
 }  // namespace mc::gpu
 

@@ -170,7 +170,7 @@ def context_section(contexts, title="Context"):
 
 SCAN_NAME = re.compile(r"^scan_(fwd|bwd|fwdbwd)/(f32|bf16|f16)/(sequential|parallel)/T:(\d+)/ds:(\d+)$")
 STEP_NAME = re.compile(
-    r"^train_step/([^/]+)/dm:(\d+)/L:(\d+)/B:(\d+)/T:(\d+)/(f32|bf16|f16)/gemm:(\w+)$")
+    r"^train_step/([^/]+)/dm:(\d+)/L:(\d+)/B:(\d+)/T:(\d+)/(f32|bf16|f16)/gemm:([\w-]+)$")
 TIME_UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # Components Google Benchmark appends to a registered name (…/min_time:0.050/manual_time).
 GB_SUFFIX = re.compile(r"^(min_time|min_warmup_time|iterations|repeats|threads):[^/]*$"
@@ -266,9 +266,15 @@ def load_bench(paths):
             if m:
                 base.update(model=m.group(1), dm=int(m.group(2)), L=int(m.group(3)),
                             B=int(m.group(4)), T=int(m.group(5)), dtype=m.group(6),
-                            gemm=m.group(7))
+                            # "gemm:f32" in files before the tiers: the strict tier
+                            # (f32 PEDANTIC; bf16/f16 were always PEDANTIC then)
+                            gemm="strict" if m.group(7) == "f32" else m.group(7))
                 for k in ("tokens_per_s", "TFLOPs", "flops_per_step", "flops_gemm", "flops_scan",
-                          "model_bytes", "mem_used_bytes", "parallel_scan", "verified"):
+                          "model_bytes", "mem_used_bytes", "parallel_scan", "checkpointed_scan",
+                          "verified", "eager_us", "graph_us", "phase_gemm_us", "phase_scan_us",
+                          "phase_elementwise_us", "gemm_TFLOPs", "peak_bytes", "graph_mem_bytes",
+                          "peer_graph_us", "peer_peak_gib", "speedup_vs_peer", "target_speedup",
+                          "meets_target", "peak_vs_peer", "graph_bitwise_equal"):
                     base[k] = num(b.get(k))
                 step.append(base)
                 continue
@@ -541,28 +547,88 @@ def performance_md(bench_paths, contexts, scan, step, other, plots):
     else:
         if plots.get("steps"):
             out += ["![TFLOP/s per case](perf_train_step.png)", ""]
-        bad = [r for r in step if r["error"] is None and r.get("verified") is not None
-               and r["verified"] < 1]
+        bad = [r for r in step if r["error"] is None and
+               ((r.get("verified") is not None and r["verified"] < 1) or
+                (r.get("graph_bitwise_equal") is not None and r["graph_bitwise_equal"] < 1))]
         if bad:
             out += ["### Rows that FAILED verification", ""]
             out.append(md_table(["case", "device", "disposition"],
                                 [(r["raw"]["name"], r["device"], r["label"]) for r in bad]))
             out.append("")
+        step_ctx = [c for _, c in contexts if c.get("mc_program") == "bench_train_step"]
+        for k in ("graph", "phases", "peer", "targets"):
+            for v in sorted({str(c[k]) for c in step_ctx if c.get(k) is not None}):
+                out.append(f"* **{k}**: {v}")
+        if any(c.get(k) is not None for c in step_ctx for k in ("graph", "phases", "peer", "targets")):
+            out.append("")
+
+        def ms(us):
+            return fmt(us / 1e3) if us else "—"
+
+        def scan_name(r):
+            if r.get("checkpointed_scan") is not None:
+                return "checkpointed" if r["checkpointed_scan"] == 1 else "other"
+            return "parallel" if r.get("parallel_scan") == 1 else "sequential"
+
+        def yes_no(v):
+            return "yes" if v == 1 else ("NO" if v is not None else "—")
+
+        ok = sorted([r for r in step if r["error"] is None],
+                    key=lambda r: (r["dm"], r["L"], r["T"], r["dtype"], r["gemm"]))
         rows = []
-        for r in sorted([r for r in step if r["error"] is None],
-                        key=lambda r: (r["dm"], r["L"], r["T"], r["dtype"], r["gemm"])):
+        for r in ok:
+            # real_time is the eager step in files without eager_us (before graphs)
+            eager = r["eager_us"] if r.get("eager_us") else (
+                r["seconds"] * 1e6 if r["seconds"] and r.get("graph_us") is None else None)
+            peak = r.get("peak_bytes") or r.get("model_bytes")
             rows.append((r["model"], r["dm"], r["L"], r["B"], r["T"], r["dtype"], r["gemm"],
-                         fmt(r["seconds"] * 1e3 if r["seconds"] else None),
+                         ms(eager), ms(r.get("graph_us")),
                          si(r["tokens_per_s"]), fmt(r["TFLOPs"]),
-                         fmt(r["model_bytes"] / 2**30 if r["model_bytes"] else None),
+                         fmt(peak / 2**30 if peak else None),
                          fmt(r["mem_used_bytes"] / 2**30 if r["mem_used_bytes"] else None),
-                         "parallel" if r.get("parallel_scan") == 1 else "sequential",
-                         "yes" if r.get("verified") == 1 else ("NO" if r.get("verified") is not None else "—"),
-                         r["device"]))
+                         scan_name(r), yes_no(r.get("verified")),
+                         yes_no(r.get("graph_bitwise_equal")), r["device"]))
         if rows:
-            out.append(md_table(["width of", "d_model", "layers", "B", "T", "dtype", "GEMM math",
-                                 "ms/step", "tokens/s", "TFLOP/s", "model GiB", "used GiB",
-                                 "scan", "verified", "device"], rows))
+            out.append(md_table(["width of", "d_model", "layers", "B", "T", "dtype", "GEMM tier",
+                                 "eager ms", "graph ms", "tokens/s", "TFLOP/s", "peak GiB",
+                                 "used GiB", "scan", "verified", "graph = eager bits", "device"],
+                                rows))
+            out.append("")
+        peer = [r for r in ok if r.get("peer_graph_us")]
+        if peer:
+            out += ["### Against state-spaces/mamba (graph figures, issue 9)", ""]
+            out.append("× peer = peer graph time / our graph time (higher is faster); the target "
+                       "applies to bf16 on the tensor-core tier (≥ 2×) and f32 on the strict "
+                       "tier (≥ 1.5×).")
+            out.append("")
+            prow = []
+            for r in peer:
+                tgt = r.get("target_speedup")
+                prow.append((f"{r['dm']} / {r['T']}, {r['L']}", r["dtype"], r["gemm"],
+                             fmt(r.get("graph_us")), fmt(r["peer_graph_us"]),
+                             fmt(r.get("speedup_vs_peer")),
+                             f"≥ {fmt(tgt)}" if tgt else "—",
+                             ("yes" if r.get("meets_target") == 1 else "**NO**") if tgt else "—",
+                             fmt((r.get("peak_bytes") or r.get("model_bytes") or 0) / 2**30),
+                             fmt(r.get("peer_peak_gib")), fmt(r.get("peak_vs_peer"))))
+            out.append(md_table(["d_model / T, layers", "dtype", "GEMM tier", "graph µs",
+                                 "peer graph µs", "× peer", "target", "met", "peak GiB",
+                                 "peer peak GiB", "peak / peer"], prow))
+            out.append("")
+        phased = [r for r in ok if r.get("phase_gemm_us") is not None]
+        if phased:
+            out += ["### Phase breakdown (eager steps, CUDA events)", ""]
+            frow = []
+            for r in phased:
+                g, sc, e = r["phase_gemm_us"], r["phase_scan_us"] or 0, r["phase_elementwise_us"] or 0
+                tot = (g or 0) + sc + e
+
+                def pct(v):
+                    return f"{fmt(v)} ({100 * v / tot:.0f}%)" if tot else fmt(v)
+                frow.append((f"{r['dm']} / {r['T']}, {r['L']}", r["dtype"], r["gemm"], pct(g or 0),
+                             pct(sc), pct(e), fmt(tot), fmt(r.get("gemm_TFLOPs"))))
+            out.append(md_table(["d_model / T, layers", "dtype", "GEMM tier", "GEMM µs",
+                                 "scan µs", "elementwise µs", "total µs", "GEMM TFLOP/s"], frow))
             out.append("")
         skipped = [r for r in step if r["error"] is not None]
         if skipped:

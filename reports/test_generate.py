@@ -80,6 +80,27 @@ def step_row(dm, L, T, dtype, ms, tflops, verified=1):
             "verified": verified, "label": "ok" if verified else "INCORRECT: non-finite gradient"}
 
 
+def graph_step_row(dm, L, T, dtype, tier, graph_us, eager_us, peer_us, target, peak_gib, peer_gib,
+                   equal=1):
+    """A row of the issue-9 bench_train_step (graph replays, phases, peer figures)."""
+    name = (f"train_step/mamba-130m/dm:{dm}/L:{L}/B:8/T:{T}/{dtype}/gemm:{tier}"
+            "/min_time:0.200/manual_time")
+    speedup = peer_us / graph_us
+    return {"name": name, "run_name": name, "run_type": "iteration", "iterations": 50,
+            "real_time": graph_us / 1e3, "cpu_time": graph_us / 1e3, "time_unit": "ms",
+            "tokens_per_s": 8 * T / (graph_us * 1e-6), "TFLOPs": 300.0,
+            "eager_us": eager_us, "graph_us": graph_us,
+            "phase_gemm_us": 0.25 * eager_us, "phase_scan_us": 0.5 * eager_us,
+            "phase_elementwise_us": 0.25 * eager_us, "gemm_TFLOPs": 600.0,
+            "model_bytes": peak_gib * 2**30, "peak_bytes": peak_gib * 2**30,
+            "mem_used_bytes": (peak_gib + 0.5) * 2**30, "graph_mem_bytes": 2**20,
+            "peer_graph_us": peer_us, "peer_peak_gib": peer_gib, "speedup_vs_peer": speedup,
+            "target_speedup": target, "meets_target": 1 if target and speedup >= target else 0,
+            "peak_vs_peer": peak_gib / peer_gib, "checkpointed_scan": 1, "verified": 1,
+            "graph_bitwise_equal": equal,
+            "label": "ok" if equal else "ok; INCORRECT: graph replay differs from the eager step"}
+
+
 def validation_doc():
     return {
         "schema": "mambacheck-validation/1",
@@ -174,6 +195,10 @@ class GenerateTest(unittest.TestCase):
                                  flop_model="fixture flop model"),
                  "benchmarks": [step_row(768, 1, 512, "f32", 12.5, 40.0),
                                 step_row(768, 1, 512, "bf16", 9.5, 52.0, verified=0),
+                                graph_step_row(768, 1, 2048, "bf16", "tensor-core", 1700.0, 2100.0,
+                                               3458.0, 2.0, 0.7, 0.74),
+                                graph_step_row(768, 1, 2048, "f32", "strict", 9000.0, 9500.0,
+                                               11668.0, 1.5, 1.2, 1.41, equal=0),
                                 dict(scan_error_row("fwd", "f32", "parallel", 1, 1, "x"),
                                      name="train_step/mamba-1.4b/dm:2048/L:4/B:8/T:2048/f32/gemm:f32",
                                      run_name="train_step/mamba-1.4b/dm:2048/L:4/B:8/T:2048/f32/gemm:f32",
@@ -208,9 +233,22 @@ class GenerateTest(unittest.TestCase):
         # the median aggregate was used (120 us), not an iteration row or the stddev
         self.assertIn("| fwdbwd | f32 | parallel | 128 | 64 | 120 |", perf)
         # train step rows
-        self.assertIn("| mamba-130m | 768 | 1 | 8 | 512 | f32 | f32 | 12.5 |", perf)
+        self.assertIn("| mamba-130m | 768 | 1 | 8 | 512 | f32 | strict | 12.5 | — |", perf)
         self.assertIn("INCORRECT: non-finite gradient", perf)
         self.assertIn("skipped: does not fit", perf)
+        # graph rows: eager and graph time, the peer and the ratio, the target, phases, memory
+        self.assertIn("| mamba-130m | 768 | 1 | 8 | 2048 | bf16 | tensor-core | 2.1 | 1.7 |", perf)
+        peer = perf.split("### Against state-spaces/mamba")[1].split("###")[0]
+        self.assertIn("| 768 / 2048, 1 | bf16 | tensor-core | 1700 | 3458 | 2.03 | ≥ 2 | yes | 0.7 | 0.74 |",
+                      peer)
+        self.assertIn("| 768 / 2048, 1 | f32 | strict | 9000 | 11668 | 1.3 | ≥ 1.5 | **NO** |",
+                      peer)
+        phases = perf.split("### Phase breakdown")[1].split("###")[0]
+        self.assertIn("(50%)", phases)
+        self.assertIn("| 600 |", phases)
+        # a replay that differs from the eager step is a verification failure
+        fail_steps = perf.split("## bench_train_step")[1].split("FAILED verification")[1]
+        self.assertIn("gemm:strict", fail_steps.split("###")[0])
 
         prec = self.read("precision.md")
         self.assertIn("2 of 4 tensor comparisons pass; **2 FAIL**", prec)

@@ -57,6 +57,7 @@ struct CkptGeom {
   int log2_lanes = 0;
   int warps = 4;       // W per block
   int cb = 0;          // channels per block = W·32/L
+  int log2_cb = 0;
   int ds_pad = 4;      // L·S: states per channel the threads hold (the B/C tile row)
   int64_t nblk_d = 0;  // channel blocks per sample = ceil(di / cb)
   int64_t n_ckpt = 0;  // ceil(T / K)
@@ -73,23 +74,33 @@ __host__ __device__ inline size_t smem_region(size_t n, size_t e) { return (n * 
 //   raw [2 buffers][n_act][K][CB] T     the staged activation rows (n_act tensors)
 //   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0)
 //   sc  [n_sc][K][CB] f32               the transformed per-(t, d) scalars
+//   out [2 buffers][n_out][K][CB] f32   the per-(t, d) outputs of a chunk (y; dδ, du, dz),
+//                                       written to device memory by the whole block, one
+//                                       coalesced pass per chunk
 // backward only, after those:
-//   hs    [K][NT][S] f32                the chunk's recomputed states, per thread
-//   tiles [W][Q][CW][DP] f32            per warp, dh_t for the dB sums
+//   hs    [K][NT·S + 4] f32             the chunk's recomputed states, per thread
+//   tiles [W][Q][CW·DP + 4] f32         per warp, dh_t for the dB sums
 //   wsum  [2][W][2][Q][DP] f32          per warp sums, double-buffered across batches
+// (the +4 pads shift consecutive steps by 16 bytes: fewer bank conflicts in the sums)
 struct CkptSmem {
-  size_t raw, bc, sc, hs, tiles, wsum, total;  // byte offsets; total = size
+  size_t raw, bc, sc, out, hs, tiles, wsum, total;  // byte offsets; total = size
 };
+__host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
+  return size_t(32) * g.warps * S + 4;
+}
+__host__ __device__ inline size_t tile_step_floats(const CkptGeom& g) {
+  return size_t(32 / g.lanes) * g.ds_pad + 4;
+}
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
-                                              int n_act, int n_sc, bool backward) {
+                                              int n_act, int n_sc, int n_out, bool backward) {
   CkptSmem m;
-  const size_t nt = size_t(32) * g.warps, cw = size_t(32 / g.lanes);
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * g.cb, elem);
   m.sc = m.bc + 4 * smem_region(size_t(K) * g.ds_pad, elem);
-  m.hs = m.sc + size_t(n_sc) * smem_region(size_t(K) * g.cb, 4);
-  m.tiles = m.hs + (backward ? smem_region(size_t(K) * nt * S, 4) : 0);
-  m.wsum = m.tiles + (backward ? smem_region(size_t(g.warps) * kCkptQ * cw * g.ds_pad, 4) : 0);
+  m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * g.cb, 4);
+  m.hs = m.out + 2 * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
+  m.tiles = m.hs + (backward ? smem_region(size_t(K) * hs_step_floats(g, S), 4) : 0);
+  m.wsum = m.tiles + (backward ? smem_region(size_t(g.warps) * kCkptQ * tile_step_floats(g), 4) : 0);
   m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * 2 * kCkptQ * g.ds_pad, 4) : 0);
   return m;
 }
@@ -97,8 +108,10 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
 // ones only when those epilogues are fused).
 __host__ __device__ inline int fwd_n_act(bool z) { return z ? 3 : 2; }           // δ u [z]
 __host__ __device__ inline int fwd_n_sc(bool z) { return z ? 4 : 3; }            // δ δu D·u [gate]
+__host__ __device__ inline int fwd_n_out() { return 1; }                           // y
 __host__ __device__ inline int bwd_n_act(bool z) { return z ? 4 : 3; }           // δ u dy [z]
 __host__ __device__ inline int bwd_n_sc(bool z, bool sp) { return 3 + z + sp; }  // δ u dy [fz] [fd]
+__host__ __device__ inline int bwd_n_out(bool z) { return z ? 3 : 2; }           // dδ du [dz]
 
 template <class V>  // V: the storage type (T is the sequence length below)
 struct CkptFwdArgs {
@@ -217,15 +230,30 @@ __device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds
   }
 }
 
+// The chunk's per-(t, d) outputs [K][CB] (f32 in shared memory) to the device rows
+// t0 .. t0+nk-1 of the block's valid channels, RN to T: one coalesced block pass.
+// CB = 2^log2_cb, and CB divides the block size: each thread keeps one column.
+template <class T>
+__device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src, int log2_cb,
+                                            int nk, int cols_valid) {
+  const int CB = 1 << log2_cb;
+  const int c = int(threadIdx.x) & (CB - 1);
+  if (c >= cols_valid) return;
+  const int rstep = int(blockDim.x) >> log2_cb;
+  for (int r = int(threadIdx.x) >> log2_cb; r < nk; r += rstep)
+    store_rn(dst + r * ld + c, src[(r << log2_cb) + c]);
+}
+
 // ---- forward --------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = false).
-template <class T, int S, scan::ExpMath E, int K>
+template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
-  const int CB = g.cb, L = m.L, DP = g.ds_pad;
+  const int CB = g.cb, DP = g.ds_pad;
   const bool has_z = p.z != nullptr;
-  const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), false);
+  const CkptSmem lay =
+      ckpt_smem(g, K, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
   char* base = reinterpret_cast<char*>(smem);
   const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
@@ -239,6 +267,7 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
   float* sc_du = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
   float* sc_skip = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
   float* sc_gate = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes);
+  auto out_y = [&](int bf) { return reinterpret_cast<float*>(base + lay.out + bf * sc_bytes); };
 
   float a[S], h[S];
   {
@@ -282,6 +311,9 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c-1
     if (c + 1 < g.n_ckpt) stage(c + 1, bf ^ 1);  // copies overlap this chunk's math
+    if (c > 0)  // chunk c-1's y, one coalesced pass
+      store_chunk<T>(p.y + (row0 + t0 - K) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), g.log2_cb, K,
+                     m.cols_valid);
     if (p.ckpt && m.dvalid && m.nvalid > 0)  // the state before step t0
       store_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
                       m.nvalid, h);
@@ -299,7 +331,7 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
     const T* Ct = bct(bf, 1) + m.n0;
-#pragma unroll 4
+#pragma unroll
     for (int k = 0; k < K; ++k) {  // branch-free: steps past T leave h unchanged
       const float dl = sc_delta[k * CB + m.ch];
       const float du = sc_du[k * CB + m.ch];
@@ -313,13 +345,16 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
         h[s] = fmaf(dA, h[s], du * bv[s]);
         yp = fmaf(h[s], cv[s], yp);
       }
-      const float ysum = group_sum(yp, L);
-      if (k < nk && m.j == (k & (L - 1)) && m.dvalid) {
-        float yv = ysum + sc_skip[k * CB + m.ch];
-        if (has_z) yv *= sc_gate[k * CB + m.ch];
-        store_rn(p.y + (row0 + t0 + k) * p.ld_y + m.d, yv);
-      }
+      float yv = group_sum_c<L>(yp) + sc_skip[k * CB + m.ch];
+      if (has_z) yv *= sc_gate[k * CB + m.ch];
+      out_y(bf)[k * CB + m.ch] = yv;  // every lane of the group: the same value
     }
+  }
+  __syncthreads();  // the last chunk's y
+  {
+    const int64_t c = g.n_ckpt - 1;
+    store_chunk<T>(p.y + (row0 + c * K) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)), g.log2_cb,
+                   int(p.T - c * K), m.cols_valid);
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
     store_states<S>(p.h_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
@@ -327,20 +362,19 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
 
 // ---- backward -------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = true).
-template <class T, int S, scan::ExpMath E, int K>
+template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int Q = kCkptQ;
+  constexpr int CW = 32 / L;  // channels per warp
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
-  const int CB = g.cb, L = m.L, W = g.warps, DP = g.ds_pad;
-  const int CW = 32 / L;
-  const int NT = 32 * W;
-  const int wch = m.lane >> g.log2_lanes;  // channel within the warp
+  const int CB = g.cb, W = g.warps, DP = g.ds_pad;
+  const int wch = m.lane / L;  // channel within the warp
   const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
-  const CkptSmem lay =
-      ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp), true);
+  const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp),
+                                 bwd_n_out(has_z), true);
   char* base = reinterpret_cast<char*>(smem);
   const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
@@ -354,12 +388,19 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
   float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
   float* sc_fz = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes);  // with z
   float* sc_fd = reinterpret_cast<float*>(base + lay.sc + (3 + int(has_z)) * sc_bytes);  // softplus
-  float4* hs = reinterpret_cast<float4*>(base + lay.hs);  // [K][NT][S/4]
+  // outputs of buffer bf: dδ (0), du (1), dz (2)
+  auto out_t = [&](int bf, int i) {
+    return reinterpret_cast<float*>(base + lay.out + (size_t(bf) * bwd_n_out(has_z) + i) * sc_bytes);
+  };
+  float* hsf = reinterpret_cast<float*>(base + lay.hs);  // [K][hs_step]
   float* tiles = reinterpret_cast<float*>(base + lay.tiles);
   float* wsum = reinterpret_cast<float*>(base + lay.wsum);
-  float* my_tile_dh = tiles + size_t(m.warp) * Q * CW * DP;
+  const int hs_step = int(hs_step_floats(g, S)), tile_step = int(tile_step_floats(g));
+  float* my_tiles = tiles + size_t(m.warp) * Q * tile_step;  // [Q][tile_step]
   // the state slot of step k of thread `tid` (S/4 float4s)
-  auto hs_at = [&](int k, int tid) { return hs + (size_t(k) * NT + tid) * (S / 4); };
+  auto hs_at = [&](int k, int tid) {
+    return reinterpret_cast<float4*>(hsf + size_t(k) * hs_step + size_t(tid) * S);
+  };
 
   // a = exp_coef(A); S2 is accumulated with a and scaled back once per step
   // (exp_coef_inverse), so A itself need not stay in registers.
@@ -379,6 +420,17 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
   const float Dd = p.D ? __ldg(p.D + m.d) : 0.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
   const int64_t row0 = m.b * p.T;
+  // chunk c's dδ, du (and dz) from out buffer c & 1, one coalesced pass
+  auto store_outputs = [&](int64_t c) {
+    const int bf = int(c & 1), rows = int(min(int64_t(K), p.T - c * K));
+    const int64_t r = row0 + c * K;
+    store_chunk<T>(p.d_delta + r * p.ld_dd + m.d0, p.ld_dd, out_t(bf, 0), g.log2_cb, rows,
+                   m.cols_valid);
+    store_chunk<T>(p.du + r * p.ld_du + m.d0, p.ld_du, out_t(bf, 1), g.log2_cb, rows, m.cols_valid);
+    if (has_z)
+      store_chunk<T>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(bf, 2), g.log2_cb, rows,
+                     m.cols_valid);
+  };
   float dD_acc = 0.f;
   int wb = 0;  // wsum buffer
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
@@ -413,6 +465,7 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if (c > 0) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
+    if (c + 1 < g.n_ckpt) store_outputs(c + 1);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
       const int e = k * CB + m.ch;
@@ -441,7 +494,7 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
       float h[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) h[s] = hck[s];
-#pragma unroll 2
+#pragma unroll
       for (int k = 0; k < K; ++k) {
         const float dl = sc_delta[k * CB + m.ch];
         const float du = dl * sc_u[k * CB + m.ch];
@@ -462,11 +515,8 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
           float yp = 0.f;
 #pragma unroll
           for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
-          const float ysum = group_sum(yp, L);
-          if (k < nk && m.j == (k & (L - 1)) && m.dvalid) {
-            const float yv = ysum + __fmul_rn(Dd, sc_u[k * CB + m.ch]);
-            store_rn(p.dz + (row0 + t0 + k) * p.ld_dz + m.d, sc_fz[k * CB + m.ch] * yv);
-          }
+          const float yv = group_sum_c<L>(yp) + __fmul_rn(Dd, sc_u[k * CB + m.ch]);
+          out_t(bf, 2)[k * CB + m.ch] = sc_fz[k * CB + m.ch] * yv;
         }
       }
     }
@@ -474,7 +524,7 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
     // walk the chunk backwards, Q steps per dB/dC batch; steps past T have dl = dy = 0:
     // dA = 1 and dh, dAn (= 1), dal, dD unchanged
     for (int qb = (nk - 1) / Q; qb >= 0; --qb) {
-#pragma unroll 2
+#pragma unroll
       for (int kk = Q - 1; kk >= 0; --kk) {
         const int k = qb * Q + kk;
         const float dl = sc_delta[k * CB + m.ch];
@@ -509,18 +559,17 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
           dAn[s] = dA;
         }
         // this warp's dh tile row (kk, wch)
-        float4* td = reinterpret_cast<float4*>(my_tile_dh + (kk * CW + wch) * DP + m.n0);
+        float4* td = reinterpret_cast<float4*>(my_tiles + kk * tile_step + wch * DP + m.n0);
 #pragma unroll
         for (int q4 = 0; q4 < S / 4; ++q4)
           td[q4] = make_float4(dh[4 * q4], dh[4 * q4 + 1], dh[4 * q4 + 2], dh[4 * q4 + 3]);
-        S1 = group_sum(S1, L);
-        S2 = group_sum(S2, L) * exp_coef_inverse<E>();
+        S1 = group_sum_c<L>(S1);
+        S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
         dD_acc = fmaf(dyv, uv, dD_acc);
-        if (k < nk && m.j == (k & (L - 1)) && m.dvalid) {
-          const int64_t r = row0 + t0 + k;
+        {  // every lane of the group: the same values
           const float fd = has_sp ? sc_fd[k * CB + m.ch] : 1.f;
-          store_rn(p.d_delta + r * p.ld_dd + m.d, fmaf(uv, S1, S2) * fd);
-          store_rn(p.du + r * p.ld_du + m.d, fmaf(dl, S1, __fmul_rn(Dd, dyv)));
+          out_t(bf, 0)[k * CB + m.ch] = fmaf(uv, S1, S2) * fd;
+          out_t(bf, 1)[k * CB + m.ch] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
         }
       }
       __syncwarp();
@@ -543,7 +592,7 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
             float4 v;
             if (q == 0) {
               w = sc_delta[c0 + cc] * sc_u[c0 + cc];
-              v = reinterpret_cast<const float4*>(my_tile_dh + (kk * CW + cc) * DP + n4)[0];
+              v = reinterpret_cast<const float4*>(my_tiles + kk * tile_step + cc * DP + n4)[0];
             } else {
               w = sc_dy[c0 + cc];
               v = hs_at(k, m.warp * 32 + cc * L + lane_of)[sub];
@@ -577,6 +626,8 @@ __global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeo
       wb ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }
   }
+  __syncthreads();  // chunk 0's outputs
+  store_outputs(0);
 
   if (m.dvalid && m.nvalid > 0) {
     float out[S];

@@ -142,6 +142,14 @@ __device__ __forceinline__ void load_vec(const __half* p, bool vec, int valid, f
   load_vec_half<__half, S>(p, vec, valid, v);
 }
 
+// The same with the group width a compile-time constant: no predicated levels.
+template <int L>
+__device__ __forceinline__ float group_sum_c(float v) {
+#pragma unroll
+  for (int m = 1; m < L; m <<= 1) v += shfl_xor(v, m);
+  return v;
+}
+
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) -------------------------
 // 16 bytes per call; both addresses 16-byte aligned. commit closes a group, wait_all
 // waits for every group of the calling thread (a __syncthreads then publishes them).
@@ -219,10 +227,16 @@ __device__ __forceinline__ void stage_tile(T* dst, int dst_ld, const T* src, int
   constexpr int kPer16 = int(16 / sizeof(T));
   const int tid = int(threadIdx.x), nt = int(blockDim.x);
   if (async16 && rows_valid == rows && cols_valid == cols) {
-    const int upr = cols / kPer16;
-    for (int u = tid; u < rows * upr; u += nt) {
-      const int r = u / upr, q = u - r * upr;
-      cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+    const int upr = cols / kPer16;  // 16-byte units per row
+    if (nt % upr == 0) {            // each thread keeps one unit column: no division per unit
+      const int q = tid % upr, rstep = nt / upr;
+      for (int r = tid / upr; r < rows; r += rstep)
+        cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+    } else {
+      for (int u = tid; u < rows * upr; u += nt) {
+        const int r = u / upr, q = u - r * upr;
+        cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+      }
     }
   } else {
     for (int e = tid; e < rows * cols; e += nt) {

@@ -20,6 +20,8 @@ inline CkptGeom to_geom(const CkptPlan& pl) {
   g.log2_lanes = pl.log2_lanes;
   g.warps = pl.warps;
   g.cb = pl.cb;
+  g.log2_cb = 0;
+  while ((1 << g.log2_cb) < pl.cb) ++g.log2_cb;
   g.ds_pad = pl.ds_pad;
   g.nblk_d = pl.nblk_d;
   g.n_ckpt = pl.n_ckpt;
@@ -43,7 +45,7 @@ bool async_rows(const T* p, int64_t ld, int64_t cols) {
 constexpr size_t kCkptSmemCap = 232448;
 
 // ---- checkpointed forward ---------------------------------------------------------------
-template <class T, int S, int K>
+template <class T, int S, int L, int K>
 void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::forward";
@@ -76,18 +78,19 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
                 async_rows(a.z, a.ld_z, pl.cb);
   const size_t smem =
-      ckpt_smem(g, K, S, sizeof(T), fwd_n_act(a.z != nullptr), fwd_n_sc(a.z != nullptr), false)
+      ckpt_smem(g, K, S, sizeof(T), fwd_n_act(a.z != nullptr), fwd_n_sc(a.z != nullptr),
+                fwd_n_out(), false)
           .total;
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
   const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
   if (e == scan::ExpMath::Hardware) {
-    auto* k = &ckpt_fwd_kernel<T, S, scan::ExpMath::Hardware, K>;
+    auto* k = &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
     launch(k, grid, block, smem, st, a, g);
   } else {
-    auto* k = &ckpt_fwd_kernel<T, S, scan::ExpMath::Accurate, K>;
+    auto* k = &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
     launch(k, grid, block, smem, st, a, g);
   }
@@ -97,14 +100,16 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
 template <class T>
 void ckpt_forward(const scan::FwdParams<T>& p, int warps, cudaStream_t st) {
   const CkptPlan pl = ckpt_plan(p.shape, false, warps);
-  if (pl.S == 4)
-    ckpt_forward_s<T, 4, 16>(p, pl, st);
-  else
-    ckpt_forward_s<T, 8, 16>(p, pl, st);
+  switch (pl.S * 100 + pl.lanes) {  // the four compiled (states, lanes) configurations
+    case 404: ckpt_forward_s<T, 4, 4, 16>(p, pl, st); break;
+    case 416: ckpt_forward_s<T, 4, 16, 16>(p, pl, st); break;
+    case 432: ckpt_forward_s<T, 4, 32, 16>(p, pl, st); break;
+    default: ckpt_forward_s<T, 8, 32, 16>(p, pl, st); break;
+  }
 }
 
 // ---- checkpointed backward --------------------------------------------------------------
-template <class T, int S, int K>
+template <class T, int S, int L, int K>
 void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::backward";
@@ -150,18 +155,19 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
                 async_rows(a.z, a.ld_z, pl.cb) && async_rows(a.dy, a.ld_dy, pl.cb);
   const size_t smem = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(a.z != nullptr),
-                                bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr), true)
+                                bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr),
+                                bwd_n_out(a.z != nullptr), true)
                           .total;
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
   const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
   if (e == scan::ExpMath::Hardware) {
-    auto* k = &ckpt_bwd_kernel<T, S, scan::ExpMath::Hardware, K>;
+    auto* k = &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
     launch(k, grid, block, smem, st, a, g);
   } else {
-    auto* k = &ckpt_bwd_kernel<T, S, scan::ExpMath::Accurate, K>;
+    auto* k = &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
     launch(k, grid, block, smem, st, a, g);
   }
@@ -182,10 +188,12 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
 template <class T>
 void ckpt_backward(const scan::BwdParams<T>& p, int warps, cudaStream_t st) {
   const CkptPlan pl = ckpt_plan(p.shape, true, warps);
-  if (pl.S == 4)
-    ckpt_backward_s<T, 4, 16>(p, pl, st);
-  else
-    ckpt_backward_s<T, 8, 16>(p, pl, st);
+  switch (pl.S * 100 + pl.lanes) {
+    case 404: ckpt_backward_s<T, 4, 4, 16>(p, pl, st); break;
+    case 416: ckpt_backward_s<T, 4, 16, 16>(p, pl, st); break;
+    case 432: ckpt_backward_s<T, 4, 32, 16>(p, pl, st); break;
+    default: ckpt_backward_s<T, 8, 32, 16>(p, pl, st); break;
+  }
 }
 
 // ---- the cross-check routes (the seed kernels of kernels/scan.cuh) -----------------------

@@ -133,16 +133,14 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
 
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   CkptPlan pl;
+  // (lanes, states) per channel: (4, 4) up to d_state 16, (16, 4) up to 64, (32, 4) up
+  // to 128, (32, 8) up to 256 — the kernels are compiled for these four (the lane
+  // butterflies unrolled); smaller d_state leaves states masked (zero).
   pl.S = s.ds <= 128 ? 4 : 8;
   pl.K = 16;
-  const int64_t per_lane = (s.ds + pl.S - 1) / pl.S;
-  while (pl.lanes < per_lane && pl.lanes < 32) {
-    pl.lanes *= 2;
-    ++pl.log2_lanes;
-  }
-  // 4 warps; 2 when one lane serves a channel (d_state <= 4), whose 128 channels'
-  // staged rows would otherwise keep the block from sharing an SM
-  pl.warps = warps > 0 ? warps : (pl.lanes == 1 ? 2 : 4);
+  pl.lanes = s.ds <= 16 ? 4 : (s.ds <= 64 ? 16 : 32);
+  pl.log2_lanes = pl.lanes == 4 ? 2 : (pl.lanes == 16 ? 4 : 5);
+  pl.warps = warps > 0 ? warps : 4;
   pl.cb = pl.warps * 32 / pl.lanes;
   pl.ds_pad = pl.lanes * pl.S;
   pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
@@ -155,9 +153,9 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   g.ds_pad = pl.ds_pad;
   // f32 storage, no fused epilogue (the launch computes its own case)
   pl.smem_bytes = backward ? ckpt_smem(g, pl.K, pl.S, 4, bwd_n_act(false), bwd_n_sc(false, false),
-                                       true).total
-                           : ckpt_smem(g, pl.K, pl.S, 4, fwd_n_act(false), fwd_n_sc(false), false)
-                                 .total;
+                                       bwd_n_out(false), true).total
+                           : ckpt_smem(g, pl.K, pl.S, 4, fwd_n_act(false), fwd_n_sc(false),
+                                       fwd_n_out(), false).total;
   return pl;
 }
 

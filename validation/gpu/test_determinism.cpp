@@ -1,12 +1,14 @@
 // ctest-labels: gpu;determinism
-// ctest-timeout: 600
+// ctest-timeout: 900
 // test_determinism.cpp — bitwise determinism of the GPU pipeline (issue 5
 // part 1) and the cross-GPU check (part 3). Every check hashes (FNV-1a 64 over
 // the raw bytes) every output, final state and gradient of a forward +
 // backward (determinism.hpp) on the problems of determinism_cases.hpp
-// (dm 64, L 2, B 2, T 300, ds 16 sequential + parallel, ds 128 parallel;
-// f32, bf16, f16) and, on a mismatch, names the tensor, the first differing
-// index and the ULP distance there.
+// (dm 64, L 2, B 2, T 300, ds 16 sequential + parallel + checkpointed, ds 128
+// parallel + checkpointed; f32 on the strict GEMM tier, bf16 and f16 on the
+// tensor-core tier and on the strict tier) and, on a mismatch, names the tensor,
+// the first differing index and the ULP distance there. Graph replay vs eager:
+// test_step_graph.cpp.
 //
 //   Rerun            10 runs in one process (5 on one reused Model, 5 on fresh
 //                    Models) are bitwise identical, forward and backward.
@@ -79,12 +81,18 @@ constexpr int kRuns = 10;
 int device() { return gpu::default_device(); }
 
 std::string param_name(const ::testing::TestParamInfo<Route>& info) {
-  return std::string(to_string(info.param.dtype)) + "_" + to_string(info.param.scan) + "_ds" +
-         std::to_string(info.param.d_state);
+  std::string n = std::string(to_string(info.param.dtype)) + "_" + to_string(info.param.scan) +
+                  "_ds" + std::to_string(info.param.d_state) + "_" + to_string(det::tier(info.param));
+  for (char& c : n)
+    if (c == '-') c = '_';  // gtest names: [A-Za-z0-9_]
+  return n;
 }
 
+// The "scan" column of the JSON rows also names the route's GEMM tier, so
+// determinism.md shows it without a column of its own.
 std::string scan_text(const Route& r) {
-  return std::string(to_string(r.scan)) + " ds" + std::to_string(r.d_state);
+  return std::string(to_string(r.scan)) + " ds" + std::to_string(r.d_state) + ", GEMM " +
+         to_string(det::tier(r));
 }
 
 // ---- JSON output --------------------------------------------------------------------------
@@ -97,11 +105,16 @@ std::string context_json() {
       "test_determinism", /*with_gpu=*/true,
       {{"gpu_count", report::json_int(gpu::device_count())},
        {"gemm_math", json_string("f32")},
+       {"gemm_tiers",
+        json_string("per route (row id and scan column): f32 " +
+                    gpu::describe(gpu::GemmTier::Strict) + " | bf16/f16 " +
+                    gpu::describe(gpu::GemmTier::TensorCore) + " (default) and bf16/f16 " +
+                    gpu::describe(gpu::GemmTier::Strict))},
        {"ctest_resource_allocation", json_string(ctest_gpu_allocation().active ? "on" : "off")},
        {"bitwise_claim",
         json_string("identical bits are claimed only for this GPU model and SM count, driver, "
                     "CUDA runtime and cuBLAS versions, git sha and build flags, per route (dtype, "
-                    "scan, d_state, f32 GEMM math) and problem shape")}},
+                    "scan, d_state, GEMM tier) and problem shape")}},
       device());
 }
 

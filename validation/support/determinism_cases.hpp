@@ -4,8 +4,11 @@
 //
 // Shape: d_model 64, 2 layers, d_conv 4, expand 2 (d_inner 128), input 48,
 // B 2, T 300, non-zero initial states (problem.hpp, seed kSeed). Routes: every
-// storage dtype with the sequential scan (d_state 16) and the parallel scan
-// (d_state 16, and 128 which only the parallel kernel supports); f32 GEMMs.
+// storage dtype with the sequential scan (d_state 16), the parallel scan
+// (d_state 16, and 128 which only the parallel kernel supports) and the
+// checkpointed scan (d_state 16 and 128); GEMM tiers (gpu/model.hpp): f32
+// strict, and bf16/f16 on both the tensor-core tier (the default) and the
+// strict tier, every scan route each.
 #pragma once
 
 #include <cstdint>
@@ -27,12 +30,17 @@ struct Route {
   DType dtype;
   ScanMode scan;
   int d_state;
+  gpu::TypedGemm typed = gpu::TypedGemm::TensorCore;  // bf16/f16 GEMM tier (f32: strict)
 };
 
-// "f32/sequential/ds16"
+inline gpu::GemmTier tier(const Route& r) {
+  return gpu::gemm_tier(r.dtype, gpu::GemmMath::F32, r.typed);
+}
+
+// "f32/sequential/ds16/strict", "bf16/checkpointed/ds128/tensor-core"
 inline std::string route_name(const Route& r) {
   return std::string(to_string(r.dtype)) + "/" + to_string(r.scan) + "/ds" +
-         std::to_string(r.d_state);
+         std::to_string(r.d_state) + "/" + to_string(tier(r));
 }
 
 inline ModelConfig config(int d_state) {
@@ -53,12 +61,17 @@ inline std::string shape_text(int d_state, int64_t B = kB) {
 
 inline std::vector<Route> routes() {
   std::vector<Route> r;
-  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
-    r.push_back({t, ScanMode::Sequential, 16});
-    r.push_back({t, ScanMode::Parallel, 16});
-    r.push_back({t, ScanMode::Parallel, 128});
-    r.push_back({t, ScanMode::Checkpointed, 16});
-    r.push_back({t, ScanMode::Checkpointed, 128});
+  auto scans = [&r](DType t, gpu::TypedGemm g) {
+    r.push_back({t, ScanMode::Sequential, 16, g});
+    r.push_back({t, ScanMode::Parallel, 16, g});
+    r.push_back({t, ScanMode::Parallel, 128, g});
+    r.push_back({t, ScanMode::Checkpointed, 16, g});
+    r.push_back({t, ScanMode::Checkpointed, 128, g});
+  };
+  scans(DType::F32, gpu::TypedGemm::TensorCore);  // f32: the strict tier (typed is unused)
+  for (DType t : {DType::BF16, DType::F16}) {
+    scans(t, gpu::TypedGemm::TensorCore);
+    scans(t, gpu::TypedGemm::Strict);
   }
   return r;
 }
@@ -72,6 +85,7 @@ inline gpu::RunOptions options(const Route& r, int device) {
   o.dtype = r.dtype;
   o.scan = r.scan;
   o.gemm = gpu::GemmMath::F32;
+  o.typed_gemm = r.typed;
   o.state_grads = true;
   o.device = device;
   return o;

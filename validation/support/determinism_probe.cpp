@@ -9,7 +9,7 @@
 // command line only (exit 2 before any device call), to check the child runner.
 //
 // usage: determinism_probe --manifest FILE [--data FILE] [--device N] [--route NAME]...
-//   --route  restrict to these routes (names as "f32/parallel/ds16"; default all)
+//   --route  restrict to these routes (names as "bf16/parallel/ds16/tensor-core"; default all)
 // exit status: 0 written, 1 error (message on stderr), 2 usage, 3 no usable GPU.
 #include <cstdlib>
 #include <exception>
@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
       if (w == det::route_name(r)) routes.push_back(r);
   if (wanted.empty()) routes = det::routes();
   if (routes.size() != (wanted.empty() ? det::routes().size() : wanted.size()))
-    return usage("unknown --route (known: f32|bf16|f16 / sequential|parallel / ds16|ds128)");
+    return usage("unknown --route (known: f32|bf16|f16 / sequential|parallel|checkpointed / "
+                 "ds16|ds128 / strict|tensor-core, e.g. bf16/checkpointed/ds16/tensor-core)");
 
   std::string reason;
   if (!mc::gpu::gpu_available(&reason)) {

@@ -25,6 +25,11 @@
 // shape|scan|seed|tensor"; a rerun of a test replaces that test's rows and
 // keeps the others'). Use a fresh path per session.
 //
+// GEMM tier: the GPU runs on the default tiers (f32 strict; bf16/f16 on tensor
+// cores with f32 accumulation, gpu/model.hpp), or on the bf16/f16 tier that
+// MAMBACHECK_TYPED_GEMM names (tensor-core | strict). Every row and the
+// context name the tier.
+//
 // Header only: it uses gtest, and each GPU suite is its own executable.
 #pragma once
 
@@ -138,6 +143,19 @@ class FamilyTable {
   std::map<std::string, Row> rows_;
 };
 
+// ---- GEMM tier ----------------------------------------------------------------------
+
+// The bf16/f16 GEMM tier of this process's GPU runs (MAMBACHECK_TYPED_GEMM,
+// default tensor-core). A bad value is a ConfigError naming it.
+inline gpu::TypedGemm precision_typed_gemm() {
+  const char* v = std::getenv("MAMBACHECK_TYPED_GEMM");
+  return (v && *v) ? gpu::parse_typed_gemm(v) : gpu::TypedGemm::TensorCore;
+}
+
+inline gpu::GemmTier precision_tier(DType dtype) {
+  return gpu::gemm_tier(dtype, gpu::GemmMath::F32, precision_typed_gemm());
+}
+
 // ---- JSON rows of this process --------------------------------------------------
 
 class PrecisionJson {
@@ -154,11 +172,13 @@ class PrecisionJson {
     if (!enabled()) return;
     const std::string test = current_test_name();
     const std::string seed_s = std::to_string(seed);  // unsigned 64-bit
+    const std::string tier = to_string(precision_tier(dtype));
     for (const check::KRuleResult& r : c.tensors) {
       const std::string id = test + "|" + to_string(dtype) + "|" + shape + "|" +
-                             to_string(scan) + "|" + seed_s + "|" + r.tensor;
+                             to_string(scan) + "|" + tier + "|" + seed_s + "|" + r.tensor;
       std::vector<std::pair<std::string, std::string>> extra = {
           {"scan", report::json_string(to_string(scan))},
+          {"gemm_tier", report::json_string(tier)},
           {"seed", seed_s},
           {"suite", report::json_string(test)}};
       if (r.stats.computed) {  // the statistical checks (check/stats.hpp)
@@ -186,6 +206,7 @@ class PrecisionJson {
         "validation/gpu precision suites (test_precision, test_precision_model)",
         gpu::gpu_available(),
         {{"f32_gemm", report::json_string("f32")},
+         {"gemm_tier", report::json_string(gpu::describe(precision_tier(DType::BF16)))},
          {"k_limit", report::json_number(check::kTypedKLimit)},
          {"stat_alpha", report::json_number(check::kStatAlpha)},
          {"check_finite", report::json_bool(true)}},
@@ -286,17 +307,20 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
     t0 = std::chrono::steady_clock::now();
     check::ModelOutputs<float> K;
     try {
-      K = check::gpu_run(in, m, gpu::GemmMath::F32, /*check_finite=*/true);
+      K = check::gpu_run(in, m, gpu::GemmMath::F32, /*check_finite=*/true, ScanExp::Auto,
+                         precision_typed_gemm());
     } catch (const gpu::NonFiniteError& e) {
       pc.error = std::string(e.overflow ? "f16 OVERFLOW" : "NON-FINITE") + " (" + pc.shape +
-                 " dtype=" + to_string(dtype) + " scan=" + to_string(m) + ") at step '" + e.step +
+                 " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
+                 " gemm=" + to_string(precision_tier(dtype)) + ") at step '" + e.step +
                  "', tensor '" + e.tensor + "', index " + std::to_string(e.index) + ": " + e.what();
       break;
     }
     pc.seconds_K += seconds_since(t0);
     pc.comparisons.push_back(check::compare_model(
-        pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m), in, K, O, P,
-        stat_runs > 0 ? &M : nullptr));
+        pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
+            " gemm=" + to_string(precision_tier(dtype)),
+        in, K, O, P, stat_runs > 0 ? &M : nullptr));
     PrecisionJson::instance().add(pc.comparisons.back(), dtype, pc.shape, m, seed);
   }
   return pc;

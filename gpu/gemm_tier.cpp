@@ -1,0 +1,61 @@
+// gemm_tier.cpp — names and resolution of the GEMM tiers (model.hpp). Host
+// code without CUDA types: built with and without a CUDA toolkit, so reports
+// name the tier on every machine.
+#include <string>
+
+#include "gpu/model.hpp"
+
+namespace mc::gpu {
+
+const char* to_string(GemmMath g) { return g == GemmMath::TF32 ? "tf32" : "f32"; }
+
+const char* to_string(TypedGemm t) { return t == TypedGemm::Strict ? "strict" : "tensor-core"; }
+
+TypedGemm parse_typed_gemm(const std::string& s) {
+  if (s == "tensor-core") return TypedGemm::TensorCore;
+  if (s == "strict") return TypedGemm::Strict;
+  throw ConfigError("typed GEMM tier '" + s + "' violates tier in {tensor-core, strict}");
+}
+
+GemmTier gemm_tier(DType dtype, GemmMath f32_math, TypedGemm typed) {
+  if (dtype == DType::F32) return f32_math == GemmMath::TF32 ? GemmTier::TF32 : GemmTier::Strict;
+  return typed == TypedGemm::Strict ? GemmTier::Strict : GemmTier::TensorCore;
+}
+
+const char* to_string(GemmTier t) {
+  switch (t) {
+    case GemmTier::Strict: return "strict";
+    case GemmTier::TF32: return "tf32";
+    case GemmTier::TensorCore: return "tensor-core";
+  }
+  return "unknown";
+}
+
+const char* cublas_compute_name(GemmTier t) {
+  switch (t) {
+    case GemmTier::Strict: return "CUBLAS_COMPUTE_32F_PEDANTIC";
+    case GemmTier::TF32: return "CUBLAS_COMPUTE_32F_FAST_TF32";
+    case GemmTier::TensorCore: return "CUBLAS_COMPUTE_32F";
+  }
+  return "unknown";
+}
+
+std::string describe(GemmTier t) {
+  const std::string common =
+      "; cublasGemmEx_64, CUBLAS_GEMM_DEFAULT heuristic, fixed 32 MiB workspace, atomics not "
+      "allowed, reduced-precision split-K reductions disallowed (one rounding to the output type)";
+  switch (t) {
+    case GemmTier::Strict:
+      return std::string("strict: ") + cublas_compute_name(t) +
+             " (true f32 arithmetic and accumulation, no tensor cores)" + common;
+    case GemmTier::TF32:
+      return std::string("tf32: ") + cublas_compute_name(t) +
+             " (f32 inputs rounded to TF32 on tensor cores, f32 accumulation; opt-in)" + common;
+    case GemmTier::TensorCore:
+      return std::string("tensor-core: ") + cublas_compute_name(t) +
+             " (bf16/f16 inputs on tensor cores, exact products, f32 accumulation)" + common;
+  }
+  return "unknown";
+}
+
+}  // namespace mc::gpu
