@@ -2,7 +2,8 @@
 // from (config, B, T, seed) a perturbed parameter arena, an input X, NON-ZERO
 // initial conv/SSM states and an upstream gradient d_out, all exactly
 // representable in f32 so that the float and double instantiations of the
-// oracle (and the GPU) see bit-identical inputs. PRNG: splitmix64.
+// oracle (and the GPU) see bit-identical inputs (test: Problem.EveryValueIsF32Exact).
+// PRNG: splitmix64.
 #pragma once
 
 #include <cstdint>

@@ -29,7 +29,7 @@
 //    may sum the same terms in another, equally valid order whose partial sums
 //    are larger (the seed scan starts y from D·u: its RMS error is ~2x the
 //    float oracle's, 0.96 of the limit without A on the emulated kernels, which
-//    are bitwise the device's). Reported also in k_rms units
+//    are bitwise the device's: test_scan_emulation_bits). Reported also in k_rms units
 //    (k_rms_limit = ρ_limit · rms_M / rms_P).
 // α = kStatAlpha per statistic and tensor.
 //

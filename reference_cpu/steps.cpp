@@ -8,7 +8,8 @@
 // OpenMP splits runs over INDEPENDENT outputs (rows, (b, d) pairs, channels d,
 // output columns). Each output element is produced by exactly one thread with
 // a fixed summation order written out in the comment of its function, so the
-// bits do not depend on OMP_NUM_THREADS. Reductions across the parallel index
+// bits do not depend on OMP_NUM_THREADS (validation/cpu/test_oracle_threads.cpp).
+// Reductions across the parallel index
 // (dB/dC over d) go through a partial buffer and a second, fixed-order pass.
 #include <omp.h>
 

@@ -11,7 +11,8 @@
 //   chunk   timesteps per chunk = groups * kItems (each thread owns kItems consecutive t)
 //   dt      backward only: consecutive channels one block runs (bwd_par_geom)
 // It is a pure function of the shape — fixed launch geometry is part of the
-// determinism contract (spec §5.1.7): same shape, same summation order, same bits.
+// determinism contract (spec §5.1.7): same shape, same summation order, same bits
+// (validation/gpu/test_determinism.cpp, test_scan_parity.cpp's reruns).
 #pragma once
 
 #include <cuda_bf16.h>

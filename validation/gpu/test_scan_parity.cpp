@@ -448,6 +448,15 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   o.y = download(y, size_t(n));
   o.saved = download(saved, nsaved);
   o.h_final = download(hf, size_t(ns));
+  if (run.route != Route::Checkpointed) {
+    // seed_fwd_kernels.cuh: the final state and h_saved[:, T] are the same value bit for bit
+    const size_t row = size_t(c.di * c.ds);
+    for (int64_t b = 0; b < c.B; ++b)
+      EXPECT_EQ(std::memcmp(o.saved.data() + size_t(b * (c.T + 1) + c.T) * row,
+                            o.h_final.data() + size_t(b) * row, row * sizeof(float)),
+                0)
+          << label << ": h_final differs from h_saved[" << b << ", T]";
+  }
 
   {  // nosave twin: bitwise the same y and final state
     DeviceBuffer<float> hf2(size_t(ns), "h_final (nosave)");
