@@ -386,6 +386,12 @@ def cmd_run(a):
         manifest = json.load(f)
     with open(os.path.join(d, "suite.json")) as f:
         suite = json.load(f)
+    if a.only:
+        want = set(a.only.split(","))
+        unknown = want - {m["id"] for m in manifest["mutants"]}
+        if unknown:
+            raise SystemExit(f"--only names mutants the manifest does not have: {sorted(unknown)}")
+        manifest["mutants"] = [m for m in manifest["mutants"] if m["id"] in want]
     so = unpack(d)
     stage = os.path.join(d, "stage")
     jobs = a.jobs
@@ -493,7 +499,8 @@ def main(argv=None):
     r = sub.add_parser("run", help="run the fast GPU suite on the control, then on every mutant")
     r.add_argument("dir", nargs="?", default=os.path.join(ROOT, "build-mutants"), help="what build staged")
     r.add_argument("--out", help="results folder (default <dir>/results)")
-    r.add_argument("--jobs", type=int, default=6, help="mutants at a time on the one GPU (default 6)")
+    r.add_argument("--jobs", type=int, default=8, help="mutants at a time on the one GPU (default 8)")
+    r.add_argument("--only", help="comma-separated mutant ids (default all; the control always runs)")
     r.add_argument("--budget", type=float, default=170, help="seconds for the whole run (default 170)")
     r.add_argument("--control-all-threads", action="store_true",
                    help="run the control with all the OpenMP threads (default: a job's share)")

@@ -11,7 +11,7 @@
 #       build's own link line, and stages what the GPU machine needs under
 #       build-mutants/ (the staged build, one xz archive of the libraries,
 #       manifest.json, the patches, the suite): ~30 MiB, one carry.
-#   scripts/mutate.sh run [build-mutants] [--out DIR] [--jobs 6] [--budget 170]
+#   scripts/mutate.sh run [build-mutants] [--out DIR] [--jobs 8] [--budget 170] [--only id,...]
 #       on the GPU machine: the unmutated control first (must pass), then every
 #       mutant, several at a time on the one GPU, each in its own hard-linked copy
 #       of the staged build with its libmc_kernels.so swapped in; killed/survived
