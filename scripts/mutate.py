@@ -86,15 +86,20 @@ def load_mutants(only=None):
 
 
 # ------------------------------------------------------------------------------ build
-def kernel_units(build):
-    """The kernel TUs of the build: [{src, obj (abs), argv, cwd, deps}]."""
+def kernel_units(build, emulated=False):
+    """The kernel TUs of the build: [{src, rel, obj (abs), argv, cwd, deps}]. emulated: the
+    host-compiled wrappers of validation/emulation (rel = the kernel source they include)."""
     with open(os.path.join(build, "compile_commands.json")) as f:
         db = json.load(f)
     kdir = os.path.join(ROOT, "kernels") + os.sep
+    edir = os.path.join(os.path.realpath(build), "validation", "emulation", "emu") + os.sep
     units = []
     for e in db:
         src = os.path.realpath(e["file"])
-        if not src.startswith(kdir):
+        if emulated:
+            if not (src.startswith(edir) and os.path.basename(src).startswith("kernels__")):
+                continue
+        elif not src.startswith(kdir):
             continue
         argv = shlex.split(e["command"]) if "command" in e else list(e["arguments"])
         cwd = e["directory"]
@@ -110,8 +115,9 @@ def kernel_units(build):
                     continue
                 deps.add(os.path.realpath(os.path.join(cwd, tok)))
         deps.add(src)
-        units.append({"src": src, "rel": os.path.relpath(src, ROOT), "obj": obj, "argv": argv,
-                      "cwd": cwd, "deps": deps})
+        rel = (os.path.basename(src)[: -len(".cpp")].replace("__", "/") if emulated
+               else os.path.relpath(src, ROOT))
+        units.append({"src": src, "rel": rel, "obj": obj, "argv": argv, "cwd": cwd, "deps": deps})
     if not units:
         raise SystemExit(f"{build}/compile_commands.json lists no kernels/ sources (CUDA build?)")
     return units
@@ -283,6 +289,103 @@ def git_sha():
     d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                        capture_output=True, text=True)
     return sha + ("-dirty" if d.stdout.strip() else "")
+
+
+# --------------------------------------------------------------------------- emulate
+def cmd_emulate(a):
+    """CPU-side prediction for the scan mutants: the emulated dump (and, where the dump is
+    unchanged, the emulated scan parity suite on its fused/chained cases) with the patch."""
+    build = os.path.realpath(a.build)
+    mutants = [m for m in load_mutants(set(a.only.split(",")) if a.only else None)
+               if all(f.startswith("kernels/scan/") for f in m["files"])]
+    run(["cmake", "--build", build, "-j", str(a.jobs), "--target", "scan_bits_emulated",
+         "test_scan_emulated"])
+    edir = os.path.join(build, "validation", "emulation")
+    ref_dump = os.path.join(build, "mutant-emu", "reference.bin")
+    os.makedirs(os.path.dirname(ref_dump), exist_ok=True)
+    run([os.path.join(build, "validation", "scan_bits_emulated"), "--out", ref_dump])
+    units = kernel_units(build, emulated=True)
+    links = {}
+    for exe in ("scan_bits_emulated", "test_scan_emulated"):
+        with open(os.path.join(edir, "CMakeFiles", exe + ".dir", "link.txt")) as f:
+            links[exe] = shlex.split(f.read().strip().splitlines()[0])
+    results = []
+    for m in mutants:
+        t0 = time.time()
+        wdir = os.path.join(build, "mutant-emu", m["id"])
+        shutil.rmtree(wdir, ignore_errors=True)
+        src_root = os.path.join(wdir, "src")
+        os.makedirs(src_root)
+        touched = []
+        for rel in m["files"]:
+            dst = os.path.join(src_root, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, rel), dst)
+            touched.append(os.path.realpath(os.path.join(ROOT, rel)))
+        with open(os.path.join(ROOT, "validation", "mutants", m["patch"])) as f:
+            subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d", src_root], stdin=f,
+                           check=True, capture_output=True)
+        affected = [u for u in units if any(t in u["deps"] for t in touched)]
+        if m["tus"]:
+            affected = [u for u in affected if u["rel"] in set(m["tus"])]
+        objs = []
+
+        def compile_unit(u):
+            argv = list(u["argv"])
+            i = argv.index("-o")
+            obj = os.path.join(wdir, "obj", os.path.basename(u["obj"]))
+            os.makedirs(os.path.dirname(obj), exist_ok=True)
+            argv[i + 1] = obj
+            argv = argv[:1] + ["-I" + src_root] + argv[1:]
+            run(argv, cwd=u["cwd"])
+            return obj
+
+        with cf.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
+            objs = list(ex.map(compile_unit, affected))
+        arch = os.path.join(wdir, "libmc_scan_emulated.a")
+        shutil.copy2(os.path.join(edir, "libmc_scan_emulated.a"), arch)
+        if objs:
+            run(["ar", "r", arch] + objs)
+        exes = {}
+        for exe, argv in links.items():
+            out = os.path.join(wdir, exe)
+            new = [arch if x == "libmc_scan_emulated.a" else x for x in argv]
+            new[new.index("-o") + 1] = out
+            run(new, cwd=edir)
+            exes[exe] = out
+        dump = os.path.join(wdir, "bits.bin")
+        r = subprocess.run([exes["scan_bits_emulated"], "--out", dump], capture_output=True, text=True,
+                           timeout=600)
+        e = {"id": m["id"], "family": m["family"], "kind": m["kind"], "units": [u["rel"] for u in affected]}
+        if r.returncode != 0:
+            e["prediction"], e["how"] = "killed", "the emulated dump program failed: " + r.stderr[-200:]
+        elif not filecmp_same(dump, ref_dump):
+            e["prediction"], e["how"] = "killed", "scan-bits (the emulated dump differs)"
+        else:
+            r = subprocess.run([exes["test_scan_emulated"], "--gtest_brief=1", "--gtest_filter=" + a.filter],
+                               capture_output=True, text=True, timeout=1200)
+            failed = FAILED.findall(r.stdout)
+            if r.returncode != 0:
+                e["prediction"] = "killed"
+                e["how"] = "scan parity (emulated): " + (", ".join(failed[:3]) or f"exit {r.returncode}")
+            else:
+                e["prediction"], e["how"] = "survives the emulated checks", "dump identical, parity passes"
+        e["seconds"] = round(time.time() - t0, 1)
+        results.append(e)
+        log(f"  {m['id']:40s} {e['prediction']:30s} {e['seconds']:6.1f} s  {e['how']}")
+        shutil.rmtree(wdir, ignore_errors=True)
+    out = os.path.join(build, "mutant-emu", "emulation.json")
+    with open(out, "w") as f:
+        json.dump({"schema": SCHEMA + "-emulated", "git_sha": git_sha(), "filter": a.filter,
+                   "mutants": results}, f, indent=1)
+    log(f"mutate emulate: {sum(e['prediction'] == 'killed' for e in results)} of {len(results)} scan "
+        f"mutants caught on the CPU emulation -> {out}")
+    return 0
+
+
+def filecmp_same(a, b):
+    import filecmp
+    return filecmp.cmp(a, b, shallow=False)
 
 
 # -------------------------------------------------------------------------------- run
@@ -504,8 +607,16 @@ def main(argv=None):
     r.add_argument("--budget", type=float, default=170, help="seconds for the whole run (default 170)")
     r.add_argument("--control-all-threads", action="store_true",
                    help="run the control with all the OpenMP threads (default: a job's share)")
+    e = sub.add_parser("emulate", help="CPU-side prediction for the scan mutants (the emulated "
+                       "dump and scan parity suite with each patch); no GPU")
+    e.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build")
+    e.add_argument("--jobs", type=int, default=2, help="parallel compiles (default 2)")
+    e.add_argument("--only", help="comma-separated mutant ids (default: every scan mutant)")
+    e.add_argument("--filter", default="Cases/*chained*:Cases/*softplus*:Cases/*gate*:"
+                   "Cases/*f32_T70_ds16*:Cases/*di75*",
+                   help="gtest filter of the emulated parity run when the dump is unchanged")
     a = p.parse_args(argv)
-    return cmd_build(a) if a.cmd == "build" else cmd_run(a)
+    return {"build": cmd_build, "run": cmd_run, "emulate": cmd_emulate}[a.cmd](a)
 
 
 if __name__ == "__main__":

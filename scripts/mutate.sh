@@ -17,6 +17,11 @@
 #       of the staged build with its libmc_kernels.so swapped in; killed/survived
 #       per mutant and the kill rate in DIR/mutation.json (default
 #       build-mutants/results), for reports/generate.py --mutation.
+#   scripts/mutate.sh emulate [--build build] [--only id,...]
+#       a CPU-side prediction for the scan mutants, no GPU: each patch compiled
+#       into the CPU emulation of the scan kernels; killed when the emulated
+#       bits dump differs (what the device-vs-emulation test will see), else when
+#       the emulated scan parity suite fails on its fused/chained cases.
 # Logic: scripts/mutate.py (python3, standard library only).
 set -euo pipefail
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3

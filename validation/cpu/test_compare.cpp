@@ -420,7 +420,7 @@ TEST(ModelComparison, SizeMismatchFails) {
 // problem.hpp's promise: every value of a test problem is exactly representable in
 // f32, so the float and double oracles and the GPU see bit-identical inputs.
 TEST(Problem, EveryValueIsF32Exact) {
-  for (const auto& nc : builtin_configs()) {
+  for (const auto& nc : ref::builtin_configs()) {
     if (nc.B * nc.T * nc.cfg.d_model > (1 << 16)) continue;  // the large ones: same generator
     for (bool zero_state : {false, true}) {
       ProblemOptions opt;
