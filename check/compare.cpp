@@ -165,7 +165,7 @@ ErrorStats error_stats(const float* a, const double* ref, int64_t n, DType dtype
 
 std::string KRuleResult::summary() const {
   std::ostringstream os;
-  os << (pass ? "[PASS] " : "[FAIL] ") << tensor << ": k=" << fmt_g(k) << " (limit "
+  os << (verdict() ? "[PASS] " : "[FAIL] ") << tensor << ": k=" << fmt_g(k) << " (limit "
      << fmt_g(k_limit) << ") max|K-O|=" << fmt_g(kernel.max_abs) << " @" << kernel.argmax_abs
      << " max|P-O|=" << fmt_g(baseline.max_abs) << " atol=" << fmt_g(atol)
      << " bound=" << fmt_g(bound) << " headroom=" << fmt_g(headroom)
@@ -178,6 +178,8 @@ std::string KRuleResult::summary() const {
     os << " NONFINITE(P)=" << baseline.nonfinite << " first@" << baseline.first_nonfinite;
   if (kernel.ref_nonfinite > 0)
     os << " NONFINITE(O)=" << kernel.ref_nonfinite << " first@" << kernel.first_ref_nonfinite;
+  if (!pass && stats.computed) os << " (k-rule FAIL)";
+  os << stats.summary();
   return os.str();
 }
 

@@ -8,6 +8,13 @@
 // magnitude (max|O|), a floor for tensors that P happens to get (nearly)
 // exact. The measured k = max|K - O| / max|P - O| is always reported.
 //
+// Beside it, when the caller has a Monte Carlo arithmetic ensemble of the
+// oracle (stats.hpp), every tensor also gets the statistical checks: bias and
+// magnitude bias in units of the ensemble's noise, and the RMS ratio k_rms with
+// its derived limit (docs/precision-statistics.md). They see the faults that
+// stay inside the k-rule's bound (a biased rounding at a storage point, a less
+// accurate elementary function). KRuleResult::verdict() is both.
+//
 // k_limit: 2 for bf16/f16 (flash-attention's rule, issue 4). For the f32
 // pipeline P is the float instantiation of the oracle; GPU and CPU then sum
 // in different (equally valid) orders and use exp2f vs exp, so neither error
@@ -19,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "check/stats.hpp"
 #include "core/config.hpp"
 
 namespace mc::check {
@@ -59,8 +67,12 @@ struct KRuleResult {
   double bound = 0;      // k_limit * baseline.max_abs + atol
   double k = 0;          // kernel.max_abs / baseline.max_abs (inf if baseline is exact and kernel not)
   double headroom = 0;   // kernel.max_abs / bound (<= 1 passes), llm.c style
-  bool pass = false;
-  std::string summary() const;  // one readable line
+  bool pass = false;     // the k-rule's verdict
+  StatResult stats;      // the statistical checks, when an ensemble was given (stats.hpp)
+  // The tensor's verdict: the k-rule and the statistical checks (where computed
+  // and enforced).
+  bool verdict() const { return pass && stats.ok(); }
+  std::string summary() const;  // one readable line (the statistics appended when computed)
 };
 
 // Apply the rule to one tensor. K (kernel result, float), O (f64 oracle), P

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "check/stats.hpp"
 #include "core/param_layout.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/model.hpp"
@@ -91,6 +92,10 @@ TensorCheck ensemble_rule(const std::string& name, const float* K, const double*
     }
   }
   t.r = k_rule(name, K, O, bases[worst], n, DType::F32, k_limit);
+  if (bases.size() > 2) {  // P, then the MCA runs: the statistical checks (stats.hpp)
+    const std::vector<const double*> runs(bases.begin() + 1, bases.end());
+    t.r.stats = stat_check(K, O, bases[0], runs, n);
+  }
   t.source = names[worst];
   const double eP = error_stats(bases[0], O, n, DType::F32).max_abs;
   t.k_P = eP > 0 ? t.r.kernel.max_abs / eP : (t.r.kernel.max_abs > 0 ? INFINITY : 0.0);
@@ -107,7 +112,7 @@ TensorCheck setup_failure(const std::string& what) {
 
 bool ModelCheck::pass() const {
   for (const auto& t : tensors)
-    if (!t.r.pass) return false;
+    if (!t.r.verdict()) return false;  // k-rule and, where computed, statistics
   return !tensors.empty();
 }
 
@@ -134,7 +139,7 @@ std::string ModelCheck::line(const std::string& label, const TensorCheck& t) {
 std::string ModelCheck::report(bool failures_only) const {
   std::ostringstream os;
   for (const auto& t : tensors)
-    if (!failures_only || !t.r.pass) os << line(label, t) << "\n";
+    if (!failures_only || !t.r.verdict()) os << line(label, t) << "\n";
   return os.str();
 }
 

@@ -24,6 +24,12 @@
 // in ±u) is ~1.4x the RMS of round-to-nearest, which lowers it further. k
 // against P alone is reported as well (k_P).
 //
+// The same MCA runs are the ensemble of the statistical checks (stats.hpp:
+// bias and magnitude bias in units of the ensemble's noise, RMS against its
+// derived limit; docs/precision-statistics.md), computed for every tensor with
+// P as the baseline; a tensor passes when both the k-rule and the statistics
+// do (KRuleResult::verdict()).
+//
 // The bf16/f16 rule stays P-only (model_check.hpp compare_model): P carries
 // the storage rounding there, which dominates the arithmetic noise.
 #pragma once

@@ -2,10 +2,14 @@
 // k-rule comparison (see model_check.hpp).
 #include "check/model_check.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <sstream>
 
+#include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/model.hpp"
 #include "core/param_layout.hpp"
 #include "check/problem.hpp"
@@ -20,9 +24,11 @@ void quantise(std::vector<float>& v, int64_t off, int64_t n, DType t) {
   for (int64_t i = off; i < off + n; ++i) v[size_t(i)] = round_to(t, v[size_t(i)]);
 }
 
+using Ensemble = std::vector<const std::vector<double>*>;  // one field of every ensemble run
+
 void add_rule(Comparison& c, const std::string& name, const std::vector<float>& K,
               const std::vector<double>& O, const std::vector<float>& P, int64_t off, int64_t n,
-              DType dtype) {
+              DType dtype, const Ensemble* ens) {
   KRuleResult r;
   r.tensor = name;
   if (int64_t(K.size()) < off + n || int64_t(O.size()) < off + n || int64_t(P.size()) < off + n) {
@@ -40,6 +46,14 @@ void add_rule(Comparison& c, const std::string& name, const std::vector<float>& 
   }
   c.tensors.push_back(
       k_rule(name, K.data() + off, O.data() + off, P.data() + off, n, dtype, k_limit_for(dtype)));
+  if (ens && !ens->empty()) {
+    std::vector<const double*> runs;
+    for (const std::vector<double>* e : *ens) {
+      if (int64_t(e->size()) < off + n) return;  // a size mismatch already failed above
+      runs.push_back(e->data() + off);
+    }
+    c.tensors.back().stats = stat_check(K.data() + off, O.data() + off, P.data() + off, runs, n);
+  }
 }
 
 }  // namespace
@@ -126,7 +140,7 @@ double k_limit_for(DType dtype) { return dtype == DType::F32 ? kF32KLimit : kTyp
 bool Comparison::pass() const {
   if (tensors.empty()) return false;
   for (const auto& r : tensors)
-    if (!r.pass) return false;
+    if (!r.verdict()) return false;
   return true;
 }
 
@@ -146,32 +160,59 @@ double Comparison::max_headroom() const {
 std::string Comparison::report(bool failures_only) const {
   std::ostringstream os;
   for (const auto& r : tensors)
-    if (!failures_only || !r.pass) os << label << " | " << r.summary() << "\n";
+    if (!failures_only || !r.verdict()) os << label << " | " << r.summary() << "\n";
   return os.str();
 }
 
 Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const ModelOutputs<float>& K, const ModelOutputs<double>& O,
-                         const ModelOutputs<float>& P) {
+                         const ModelOutputs<float>& P,
+                         const std::vector<ModelOutputs<double>>* ens) {
   Comparison c;
   c.label = label;
-  for (const TensorSpec& t : result_catalogue(in.cfg, in.B, in.T))
+  for (const TensorSpec& t : result_catalogue(in.cfg, in.B, in.T)) {
+    Ensemble runs;
+    if (ens)
+      for (const ModelOutputs<double>& m : *ens) runs.push_back(&field(m, t.field));
     add_rule(c, t.name, field(K, t.field), field(O, t.field), field(P, t.field), t.offset,
-             t.count, in.dtype);
+             t.count, in.dtype, ens ? &runs : nullptr);
+  }
   return c;
+}
+
+std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType storage, int runs,
+                                               uint64_t seed, bool backward) {
+  std::vector<ModelOutputs<double>> out;
+  for (int r = 0; r < runs; ++r) {
+#pragma omp parallel
+    {
+      ref::Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(r) * 0x100000001b3ULL +
+                     uint64_t(omp_get_thread_num()) + 1);
+    }
+    const ModelOutputs<ref::Mca> m = oracle_run<ref::Mca>(in, storage, backward);
+    auto d = [](const std::vector<ref::Mca>& v) {
+      std::vector<double> x(v.size());
+      for (size_t i = 0; i < v.size(); ++i) x[i] = double(v[i]);
+      return x;
+    };
+    out.push_back({d(m.out), d(m.conv_final), d(m.ssm_final), d(m.grads), d(m.dX), d(m.d_conv0),
+                   d(m.d_ssm0)});
+  }
+  return out;
 }
 
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan, gpu::GemmMath gemm,
-                                    bool check_finite, gpu::TypedGemm typed) {
+                                    bool check_finite, gpu::TypedGemm typed, int stat_runs) {
   const ModelInputs in = make_model_inputs(cfg, B, T, seed, dtype);
   const auto O = oracle_run<double>(in, DType::F32);
   const auto P = oracle_run<float>(in, dtype);
   const auto K = gpu_run(in, scan, gemm, check_finite, ScanExp::Auto, typed);
+  const auto E = mca_ensemble(in, dtype, stat_runs, seed);
   return compare_model(describe(cfg, B, T) + " dtype=" + to_string(dtype) +
                            " scan=" + to_string(scan) +
                            " gemm=" + to_string(gpu::gemm_tier(dtype, gemm, typed)),
-                       in, K, O, P);
+                       in, K, O, P, stat_runs > 0 ? &E : nullptr);
 }
 
 }  // namespace mc::check

@@ -149,25 +149,37 @@ double k_limit_for(DType dtype);  // kF32KLimit or kTypedKLimit
 struct Comparison {
   std::string label;
   std::vector<KRuleResult> tensors;
-  bool pass() const;
+  bool pass() const;            // every tensor's verdict (k-rule and, where computed, statistics)
   double max_k() const;         // over finite k
   double max_headroom() const;
   std::string report(bool failures_only = false) const;  // one line per tensor
 };
 
+// `runs` Monte Carlo arithmetic runs of the oracle (reference_cpu/mca_scalar.hpp)
+// with storage rounding `storage` (each one perturbs every operation by ±u32 and
+// every typed storage rounding by ±u_dtype): the ensemble of the statistical
+// checks (stats.hpp). Run r is seeded from (seed, r, OpenMP thread), so it is
+// reproducible for a fixed OMP_NUM_THREADS.
+std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType storage, int runs,
+                                               uint64_t seed, bool backward = true);
+
 // K vs O with baseline P, every tensor of result_catalogue (catalogue names:
 // out, layers.l.conv_final, ..., grad.<ParamEntry name>, grad.input,
-// grad.layers.l.conv0, grad.layers.l.ssm0).
+// grad.layers.l.conv0, grad.layers.l.ssm0). With an ensemble (mca_ensemble)
+// every tensor also gets the statistical checks.
 Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const ModelOutputs<float>& K, const ModelOutputs<double>& O,
-                         const ModelOutputs<float>& P);
+                         const ModelOutputs<float>& P,
+                         const std::vector<ModelOutputs<double>>* ensemble = nullptr);
 
 // Convenience: O, P and K for one case, P-only rule (the bf16/f16 rule; the
-// f32 rule of the CLI is ensemble.hpp's check_gpu_f32).
+// f32 rule of the CLI is ensemble.hpp's check_gpu_f32), and with stat_runs > 0
+// the ensemble of the statistical checks.
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan,
                                     gpu::GemmMath gemm = gpu::GemmMath::F32,
                                     bool check_finite = false,
-                                    gpu::TypedGemm typed = gpu::TypedGemm::TensorCore);
+                                    gpu::TypedGemm typed = gpu::TypedGemm::TensorCore,
+                                    int stat_runs = 0);
 
 }  // namespace mc::check

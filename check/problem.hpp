@@ -3,7 +3,8 @@
 // initial conv/SSM states, an upstream gradient d_out and upstream gradients
 // on the FINAL conv/SSM states (names: check/catalogue.hpp), all exactly
 // representable in f32 so that the float and double instantiations of the
-// oracle (and the GPU) see bit-identical inputs. PRNG: splitmix64.
+// oracle (and the GPU) see bit-identical inputs (test: Problem.EveryValueIsF32Exact).
+// PRNG: splitmix64.
 #pragma once
 
 #include <cstdint>

@@ -289,7 +289,7 @@ void run_gpu_check(Summary& s, const Case& c, uint64_t seed, DType dtype, ScanMo
   const GpuTensor* worst = nullptr;
   double max_k = 0;
   for (const GpuTensor& t : ts) {
-    passed += t.r.pass;
+    passed += t.r.verdict();
     if (std::isfinite(t.r.k) && t.r.k > max_k) max_k = t.r.k;
     if (!worst || !(t.r.headroom <= worst->r.headroom)) worst = &t;
     s.precision.push_back(report::precision_row(

@@ -334,6 +334,7 @@ void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float
                      float* d_state0, float* scratch, cudaStream_t stream,
                      const float* d_state_T) {
   const char* k = "conv1d_silu_bwd";
+  check_conv_shape(k, B, seq_len, di, dc);  // shape before pointers: the bad field is named first
   require_ptr(k, "pc", pc);
   require_ptr(k, "windows", windows);
   ConvBwdParams<T> p;

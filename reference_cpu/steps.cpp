@@ -8,7 +8,8 @@
 // OpenMP splits runs over INDEPENDENT outputs (rows, (b, d) pairs, channels d,
 // output columns). Each output element is produced by exactly one thread with
 // a fixed summation order written out in the comment of its function, so the
-// bits do not depend on OMP_NUM_THREADS. Reductions across the parallel index
+// bits do not depend on OMP_NUM_THREADS (validation/cpu/test_oracle_threads.cpp).
+// Reductions across the parallel index
 // (dB/dC over d) go through a partial buffer and a second, fixed-order pass.
 #include <omp.h>
 
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "reference_cpu/gemm.hpp"
 #include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/steps.hpp"
 #include "reference_cpu/testing_faults.hpp"
@@ -119,177 +121,26 @@ void rmsnorm_bwd(const S* dy, const S* x, const S* g, const S* rms, int64_t R, i
 
 // ----------------------------------------------------------------- Linear ---
 //
-// The three GEMM roles share one cache-blocked kernel, ordered_gemm, whose
-// result is BITWISE that of the textbook loop: each output element has one
+// The three GEMM roles share the oracle's one GEMM kernel, ordered_gemm
+// (reference_cpu/gemm.hpp), whose result is BITWISE that of the textbook loop
+// (test: validation/cpu/test_oracle_gemm.cpp): each output element has one
 // running accumulator that starts from its seed and adds the products in
-// ascending order of the reduction index p, exactly as written out in the
-// comments of linear_fwd / linear_bwd_dx / linear_bwd_dw below. Blocking only
-// decides which thread computes which output tile and when; the reduction is
-// cut into consecutive p-panels whose partial sums are stored in S and
-// reloaded (exact), never into independent partial sums. So the bits depend
-// on neither OMP_NUM_THREADS nor the block sizes, and the block sizes may be
-// tuned (or chosen per shape) freely. Loop order and packing follow the
-// BLIS/GotoBLAS layering: panels of A and B are packed into contiguous
-// micro-panels so that the MR x NR register tile (acc) streams through L1.
-
-namespace {
-
-// Register tile (MR x NR accumulators) per scalar for the baseline x86-64
-// ISA (SSE2): 8 vector registers of accumulators for double (4x4) and float
-// (4x8); 4x4 for the Mca scalar, whose speed does not matter (small shapes).
-template <class S>
-struct GemmTile {
-  static constexpr int MR = 4, NR = 4;
-};
-template <>
-struct GemmTile<float> {
-  static constexpr int MR = 4, NR = 8;
-};
-
-// Operand A(i, p) = A[i*si + p*sp] of an ordered GEMM (strides express the
-// transposes of the backward roles without copies).
-template <class S>
-struct StridedOperand {
-  const S* base;
-  int64_t si, sp;
-  S at(int64_t i, int64_t p) const { return base[i * si + p * sp]; }
-};
-
-// acc[MR][NR] (loaded from c) += Σ_{p < kc, ascending} a[p][0..MR) ⊗ b[p][0..NR),
-// then the mr x nr valid part is stored back to c (row stride ldc).
-// ap: [kc][MR] packed A micro-panel; bp: [kc][NR] packed B micro-panel.
-template <class S, int MR, int NR>
-void gemm_micro_tile(int64_t kc, const S* __restrict ap, const S* __restrict bp, S* __restrict c,
-                     int64_t ldc, int mr, int nr) {
-  S acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = (i < mr && j < nr) ? c[i * ldc + j] : S(0);
-  for (int64_t p = 0; p < kc; ++p) {
-    const S* a = ap + p * MR;
-    const S* b = bp + p * NR;
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];
-    }
-  }
-  for (int i = 0; i < mr; ++i)
-    for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
-}
-
-// Packs rows [i0, i0+mc) x p in [p0, p0+kc) of op into [ceil(mc/R)][kc][R]
-// micro-panels (rows past mc padded with 0; their results are never stored).
-template <class S, int R>
-void gemm_pack(const StridedOperand<S>& op, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
-               S* dst) {
-  for (int64_t ir = 0; ir < mc; ir += R)
-    for (int64_t p = 0; p < kc; ++p)
-      for (int i = 0; i < R; ++i)
-        *dst++ = (ir + i < mc) ? op.at(i0 + ir + i, p0 + p) : S(0);
-}
-
-template <class S>
-using MicroTileFn = void (*)(int64_t, const S*, const S*, S*, int64_t, int, int);
-
-// C [I, J] (row stride ldc) = seed[j] (0 if seed is null) + Σ_{p=0..P-1, ascending}
-// A(i,p)·B(j,p), with A and B given as strided operands over (row, p).
-// Parallel over independent output tiles; each tile is seeded by its thread.
-template <class S, int MR, int NR>
-void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const StridedOperand<S>& A,
-                        const StridedOperand<S>& B, const S* seed, S* C, int64_t ldc,
-                        MicroTileFn<S> micro) {
-  constexpr int64_t KC = 256;  // p-panel: MC x KC of A (512 KB double) stays in L2
-  // Output tiles MC x NC; halved (bits unaffected) until there are enough
-  // tiles to keep every thread busy on thin shapes.
-  int64_t MC = 256, NC = 512;
-  const int64_t want = 4 * int64_t(omp_get_max_threads());
-  auto tiles = [&] { return ((I + MC - 1) / MC) * ((J + NC - 1) / NC); };
-  while (tiles() < want && (MC > 4 * MR || NC > 4 * NR)) {
-    if (NC > 4 * NR && (NC >= MC || MC <= 4 * MR)) NC /= 2; else MC /= 2;
-  }
-  const int64_t ni = (I + MC - 1) / MC, nj = (J + NC - 1) / NC;
-#pragma omp parallel if (par(I * J * P))
-  {
-    std::vector<S> Ap(size_t(((MC + MR - 1) / MR) * MR * KC));
-    std::vector<S> Bp(size_t(((NC + NR - 1) / NR) * NR * KC));
-#pragma omp for schedule(static)
-    for (int64_t tile = 0; tile < ni * nj; ++tile) {
-      const int64_t i0 = (tile / nj) * MC, j0 = (tile % nj) * NC;
-      const int64_t mc = std::min(MC, I - i0), nc = std::min(NC, J - j0);
-      for (int64_t i = i0; i < i0 + mc; ++i)
-        for (int64_t j = j0; j < j0 + nc; ++j) C[i * ldc + j] = seed ? seed[j] : S(0);
-      for (int64_t p0 = 0; p0 < P; p0 += KC) {  // ascending p-panels: the order of the sum
-        const int64_t kc = std::min(KC, P - p0);
-        gemm_pack<S, MR>(A, i0, mc, p0, kc, Ap.data());
-        gemm_pack<S, NR>(B, j0, nc, p0, kc, Bp.data());
-        for (int64_t jr = 0; jr < nc; jr += NR)
-          for (int64_t ir = 0; ir < mc; ir += MR)
-            micro(kc, Ap.data() + (ir / MR) * kc * MR, Bp.data() + (jr / NR) * kc * NR,
-                  C + (i0 + ir) * ldc + j0 + jr, ldc, int(std::min<int64_t>(MR, mc - ir)),
-                  int(std::min<int64_t>(NR, nc - jr)));
-      }
-    }
-  }
-}
-
-// The same micro tile compiled for AVX2 (twice the vector width, so a 4x8
-// double / 4x16 float tile), picked at run time when the CPU has it. The
-// operations and their order are unchanged and AVX2 has no fused
-// multiply-add (FMA is a separate ISA extension that is NOT enabled here), so
-// the bits equal the baseline path's. MC_ORACLE_GEMM=baseline forces the
-// baseline path (to check exactly that).
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MC_ORACLE_GEMM_AVX2 1
-__attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const double* ap,
-                                                     const double* bp, double* c, int64_t ldc,
-                                                     int mr, int nr) {
-  gemm_micro_tile<double, 4, 8>(kc, ap, bp, c, ldc, mr, nr);
-}
-__attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const float* ap,
-                                                     const float* bp, float* c, int64_t ldc,
-                                                     int mr, int nr) {
-  gemm_micro_tile<float, 4, 16>(kc, ap, bp, c, ldc, mr, nr);
-}
-bool use_avx2() {
-  static const bool v = [] {
-    const char* e = std::getenv("MC_ORACLE_GEMM");
-    if (e && std::string(e) == "baseline") return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return v;
-}
-#endif
-
-// See the section comment: C = seed + A·Bᵀ over p ascending, any S.
-template <class S>
-void ordered_gemm(int64_t I, int64_t J, int64_t P, const StridedOperand<S>& A,
-                  const StridedOperand<S>& B, const S* seed, S* C, int64_t ldc) {
-#ifdef MC_ORACLE_GEMM_AVX2
-  if constexpr (std::is_same_v<S, double>) {
-    if (use_avx2()) return ordered_gemm_tiles<S, 4, 8>(I, J, P, A, B, seed, C, ldc, micro_tile_avx2);
-  } else if constexpr (std::is_same_v<S, float>) {
-    if (use_avx2()) return ordered_gemm_tiles<S, 4, 16>(I, J, P, A, B, seed, C, ldc, micro_tile_avx2);
-  }
-#endif
-  constexpr int MR = GemmTile<S>::MR, NR = GemmTile<S>::NR;
-  ordered_gemm_tiles<S, MR, NR>(I, J, P, A, B, seed, C, ldc, gemm_micro_tile<S, MR, NR>);
-}
-
-}  // namespace
+// ascending order of the reduction index, exactly as written out in the
+// comments of linear_fwd / linear_bwd_dx / linear_bwd_dw below.
 
 // X [M, K], W [K, N], b [N] or nullptr -> Y [M, N]. Y[m,n] = b[n] + Σ_k X[m,k]·W[k,n],
 // seeded with the bias (0 without), k ascending. Parallel over output tiles.
 template <class S>
 void linear_fwd(const S* X, const S* W, const S* b, int64_t M, int64_t K, int64_t N, S* Y) {
-  ordered_gemm<S>(M, N, K, {X, K, 1}, {W, 1, N}, b, Y, N);
+  ordered_gemm<S>(M, N, K, GemmOperand<S>{X, K, 1}, GemmOperand<S>{W, 1, N}, b, Y, N);
 }
 
 // dY [M, N], W [K, N] -> dX [M, K] (=). dX[m,k] = Σ_n dY[m,n]·W[k,n], from 0, n ascending.
 // Parallel over output tiles.
 template <class S>
 void linear_bwd_dx(const S* dY, const S* W, int64_t M, int64_t K, int64_t N, S* dX) {
-  ordered_gemm<S>(M, K, N, {dY, N, 1}, {W, N, 1}, static_cast<const S*>(nullptr), dX, K);
+  ordered_gemm<S>(M, K, N, GemmOperand<S>{dY, N, 1}, GemmOperand<S>{W, N, 1},
+                  static_cast<const S*>(nullptr), dX, K);
 }
 
 // X [M, K], dY [M, N] -> dW [K, N] += Σ_m X[m,k]·dY[m,n] (summed from 0, m ascending,
@@ -297,7 +148,8 @@ void linear_bwd_dx(const S* dY, const S* W, int64_t M, int64_t K, int64_t N, S* 
 template <class S>
 void linear_bwd_dw(const S* X, const S* dY, int64_t M, int64_t K, int64_t N, S* dW) {
   std::vector<S> acc(size_t(K * N));
-  ordered_gemm<S>(K, N, M, {X, 1, K}, {dY, 1, N}, static_cast<const S*>(nullptr), acc.data(), N);
+  ordered_gemm<S>(K, N, M, GemmOperand<S>{X, 1, K}, GemmOperand<S>{dY, 1, N},
+                  static_cast<const S*>(nullptr), acc.data(), N);
   for (int64_t i = 0; i < K * N; ++i) dW[i] += acc[size_t(i)];
 }
 
@@ -505,15 +357,21 @@ void selective_scan_fwd(const S* delta, const S* u, const S* Bm, const S* Cm, co
 //   dD[d] += Σ_b dD_b and dA_log[d,n] += Σ_b dAlog_b[n] (b ascending, from 0).
 // Phase 2, parallel over rows r = b·T + t: dBm[r,n] = Σ_d partial_B[r,d,n] and
 //   dCm[r,n] = Σ_d dy[r,d]·h_t[d,n], d ascending from 0 (unrounded partials).
-template <class S>
-void selective_scan_bwd_chained(const S* delta, const S* u, const S* Bm, const S* Cm,
-                                const S* a_neg, const S* D, const S* h_saved, const S* dy,
-                                const S* dh_T, int64_t B, int64_t T, int64_t di, int64_t ds,
-                                S* d_delta, S* du, S* dBm, S* dCm, S* dD, S* dA_log, S* dh0) {
-  using testing::Fault;
-  const Fault fault = testing::current_fault();  // read once; the only consult point
-  const bool keep_transition_term = fault != Fault::ScanDeltaGradDropsTerm;
-  const bool chain_rule_factor = fault != Fault::ALogGradMissesChainRule;
+//
+// Negative controls (testing_faults.hpp): the body is a template on a compile-time
+// policy, kExact for the product; the two deliberate bugs are other instantiations,
+// chosen ONCE per call from the fault switch (outside every loop: the hot loops are
+// the exact code, with no flag to test).
+namespace {
+enum class ScanBwdVariant { Exact, DropTransitionTerm, NoALogChainRule };
+
+template <class S, ScanBwdVariant V>
+void selective_scan_bwd_impl(const S* delta, const S* u, const S* Bm, const S* Cm,
+                             const S* a_neg, const S* D, const S* h_saved, const S* dy,
+                             const S* dh_T, int64_t B, int64_t T, int64_t di, int64_t ds,
+                             S* d_delta, S* du, S* dBm, S* dCm, S* dD, S* dA_log, S* dh0) {
+  constexpr bool keep_transition_term = V != ScanBwdVariant::DropTransitionTerm;
+  constexpr bool chain_rule_factor = V != ScanBwdVariant::NoALogChainRule;
 
   std::vector<S> partial_B(size_t(B * T * di * ds));  // [B, T, di, ds]
 #pragma omp parallel if (par(B * T * di * ds * 16))
@@ -546,11 +404,16 @@ void selective_scan_bwd_chained(const S* delta, const S* u, const S* Bm, const S
             const S dA = exp(dl * a[n]);
             S& g = dh[size_t(n)];
             g += dyv * Cr[n];
-            const S transition = keep_transition_term ? a[n] * dA * hp[n] : S(0);
-            dd_acc += g * (transition + uv * Br[n]);
+            if constexpr (keep_transition_term)
+              dd_acc += g * (a[n] * dA * hp[n] + uv * Br[n]);
+            else
+              dd_acc += g * (S(0) + uv * Br[n]);
             du_acc += g * dl * Br[n];
             pB[n] = g * dl * uv;
-            dalog_b[size_t(n)] += chain_rule_factor ? g * dA * dl * a[n] * hp[n] : g * dA * dl * hp[n];
+            if constexpr (chain_rule_factor)
+              dalog_b[size_t(n)] += g * dA * dl * a[n] * hp[n];
+            else
+              dalog_b[size_t(n)] += g * dA * dl * hp[n];
             g = dA * g;
           }
           d_delta[idx] = dd_acc;
@@ -581,6 +444,30 @@ void selective_scan_bwd_chained(const S* delta, const S* u, const S* Bm, const S
       }
     }
   }
+}
+}  // namespace
+
+template <class S>
+void selective_scan_bwd_chained(const S* delta, const S* u, const S* Bm, const S* Cm,
+                                const S* a_neg, const S* D, const S* h_saved, const S* dy,
+                                const S* dh_T, int64_t B, int64_t T, int64_t di, int64_t ds,
+                                S* d_delta, S* du, S* dBm, S* dCm, S* dD, S* dA_log, S* dh0) {
+  using testing::Fault;
+  switch (testing::current_fault()) {  // read once per call; the only consult point
+    case Fault::ScanDeltaGradDropsTerm:
+      return selective_scan_bwd_impl<S, ScanBwdVariant::DropTransitionTerm>(
+          delta, u, Bm, Cm, a_neg, D, h_saved, dy, dh_T, B, T, di, ds, d_delta, du, dBm, dCm, dD,
+          dA_log, dh0);
+    case Fault::ALogGradMissesChainRule:
+      return selective_scan_bwd_impl<S, ScanBwdVariant::NoALogChainRule>(
+          delta, u, Bm, Cm, a_neg, D, h_saved, dy, dh_T, B, T, di, ds, d_delta, du, dBm, dCm, dD,
+          dA_log, dh0);
+    case Fault::None:
+      break;
+  }
+  selective_scan_bwd_impl<S, ScanBwdVariant::Exact>(delta, u, Bm, Cm, a_neg, D, h_saved, dy, dh_T,
+                                                    B, T, di, ds, d_delta, du, dBm, dCm, dD,
+                                                    dA_log, dh0);
 }
 
 template <class S>

@@ -8,7 +8,7 @@
 // gradients, exactly like the GPU pipeline. Every function is OpenMP-parallel
 // over independent outputs only; each output element is produced by one
 // thread with a fixed summation order, so results are bitwise identical for
-// any OMP_NUM_THREADS.
+// any OMP_NUM_THREADS (test: validation/cpu/test_oracle_threads.cpp).
 #pragma once
 
 #include <cstdint>

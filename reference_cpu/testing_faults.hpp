@@ -3,9 +3,10 @@
 // switches one fault on, shows that the gradient check FAILS and names the
 // right tensor, and switches it off again (FaultGuard).
 //
-// Only tests include this header; no production header does. The oracle
-// consults the flag at exactly one place per fault (steps.cpp), reading it
-// once per call, outside all loops.
+// Only tests include this header; no production header does. The oracle reads
+// the switch once per call of selective_scan_bwd_chained (steps.cpp) and runs a
+// separate compile-time instantiation of the scan backward per fault (a policy
+// template parameter): the exact code's loops contain no fault test at all.
 #pragma once
 
 namespace mc::ref::testing {

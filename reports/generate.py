@@ -312,8 +312,10 @@ def load_validation(paths, checks=None):
             for i, r in enumerate(data["precision"]):
                 for f in PREC_REQUIRED:
                     require(r, f, path, f"precision[{i}]")
-                prec.append(dict(r, file=os.path.basename(path),
-                                 **{"pass": truth(r["pass"], path, f"precision[{i}].pass")}))
+                fixed = {"pass": truth(r["pass"], path, f"precision[{i}].pass")}
+                if "stat_pass" in r:  # the statistical checks (check/stats.hpp), optional
+                    fixed["stat_pass"] = truth(r["stat_pass"], path, f"precision[{i}].stat_pass")
+                prec.append(dict(r, file=os.path.basename(path), **fixed))
         if "determinism" in data:
             det = det or []
             for i, r in enumerate(data["determinism"]):
@@ -339,6 +341,21 @@ def load_validation(paths, checks=None):
                 oracle.append(dict(r, file=os.path.basename(path),
                                    **{"pass": truth(r["pass"], path, f"oracle_checks[{i}].pass")}))
     return contexts, prec, det, oracle
+
+
+MUTATION_SCHEMA = "mambacheck-mutation/1"
+
+
+def load_mutation(path):
+    data = load_json(path)
+    if not isinstance(data, dict) or data.get("schema") != MUTATION_SCHEMA:
+        raise InputError(f"{path}: not a '{MUTATION_SCHEMA}' document")
+    for f in ("context", "control", "mutants", "summary"):
+        require(data, f, path, "top level")
+    for i, m in enumerate(data["mutants"]):
+        for f in ("id", "status"):
+            require(m, f, path, f"mutants[{i}]")
+    return data
 
 
 # ----------------------------------------------------------------------------
@@ -465,6 +482,49 @@ def plot_k(plt, rows, path):
     ax.set_xlabel("k = max|K-O| / max|P-O|  (worst over shapes; dashed: k_limit; inf drawn past the axis)")
     ax.legend(fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def row_verdict(r):
+    """A precision row passes when the k-rule and (where present) the statistics do."""
+    return bool(r["pass"]) and r.get("stat_pass", True) is not False
+
+
+def stat_ratios(r):
+    """(max(|z_bias|, |z_mag|) / z_limit, k_rms / k_rms_limit) of a row, None where absent."""
+    zl, kl = num(r.get("z_limit")), num(r.get("k_rms_limit"))
+    zs = [abs(num(r.get(f))) for f in ("z_bias", "z_mag") if num(r.get(f)) is not None]
+    z = max(zs) / zl if zs and zl else None
+    k = num(r.get("k_rms")) / kl if num(r.get("k_rms")) is not None and kl else None
+    return z, k
+
+
+def plot_stats(plt, rows, path):
+    """Every tensor's two statistics against their limits: inside the unit box passes."""
+    pts = [(r, *stat_ratios(r)) for r in rows]
+    pts = [(r, z, k) for r, z, k in pts if z is not None and k is not None]
+    if not pts:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 5))
+    colors = {"f32": "tab:blue", "bf16": "tab:orange", "f16": "tab:green"}
+    cap = 4.0
+    for dt in sorted({r["dtype"] for r, _, _ in pts}):
+        sel = [(min(z, cap), min(k, cap)) for r, z, k in pts if r["dtype"] == dt]
+        ax.scatter([x for x, _ in sel], [y for _, y in sel], s=10, alpha=0.6,
+                   color=colors.get(dt, "tab:gray"), label=f"{dt} ({len(sel)} tensors)")
+    ax.axvline(1.0, color="k", linestyle="--", linewidth=1)
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
+    ax.set_xlim(0, cap * 1.05)
+    ax.set_ylim(0, cap * 1.05)
+    ax.set_xlabel("bias: max(|z_bias|, |z_mag|) / z_limit")
+    ax.set_ylabel("RMS: k_rms / k_rms_limit")
+    ax.set_title("statistical checks per tensor (pass: inside the dashed box; capped at 4)",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -699,8 +759,93 @@ def oracle_section(oracle):
     return out
 
 
-def precision_md(val_paths, contexts, prec, plots, oracle=None, checks=None):
+def stats_section(prec, plots):
+    rows = [r for r in prec if "k_rms" in r]
+    if not rows:
+        return []
+    out = ["## Statistical checks", ""]
+    out.append("Beside the k-rule, every tensor gets three statistics against an ensemble of Monte "
+               "Carlo arithmetic runs of the oracle (check/stats.hpp; derivation in "
+               "docs/precision-statistics.md): the bias z = mean(K−O) / σ̂ and the magnitude bias "
+               "z_mag = mean((K−O)·sign O) / σ̂ in units of the ensemble's noise, limit z_limit "
+               "(Student t_m, α = 1e-6), and k_rms = rms(K−O) / rms(P−O) against its derived "
+               "limit k_rms_limit (F distribution with the tensor's effective degrees of freedom, "
+               "times 1.5 for the kernel's own summation order). They see what stays inside the "
+               "k-rule's bound: a biased rounding at a storage point, a less accurate elementary "
+               "function.")
+    out.append("")
+    table = []
+    for dt in sorted({r["dtype"] for r in rows}, key=lambda d: (DTYPES + [d]).index(d)):
+        rs = [r for r in rows if r["dtype"] == dt]
+        ratios = [stat_ratios(r) for r in rs]
+        zs = [z for z, _ in ratios if z is not None]
+        ks = [k for _, k in ratios if k is not None]
+        worst = max(rs, key=lambda r: max([x for x in stat_ratios(r) if x is not None] + [-1]))
+        table.append((dt, len(rs), sum(1 for r in rs if r.get("stat_pass") is False),
+                      fmt(max(zs) if zs else None), fmt(max(ks) if ks else None),
+                      f"{worst['tensor']} @ {worst['shape']}"))
+    out.append(md_table(["dtype", "tensors", "stat fail", "worst |z|/z_limit",
+                         "worst k_rms/limit", "closest to a limit"], table))
+    out.append("")
+    if plots.get("stats"):
+        out += ["![statistics per tensor](precision_stats.png)", ""]
+    return out
+
+
+def mutation_section(mut):
+    """The mutation runner's result (scripts/mutate.sh run -> mutation.json)."""
+    if mut is None:
+        return []
+    out = ["## Mutation testing", ""]
+    s = mut.get("summary", {})
+    ctx = mut.get("context", {})
+    ctrl = mut.get("control", {})
+    out.append("Plausible small faults planted in kernels/, one at a time (validation/mutants/*.patch, "
+               "scripts/mutate.sh): each mutant libmc_kernels.so is swapped into a copy of the staged "
+               "build and faces the fast GPU suite " + ", ".join(f"`{c}`" for c in ctx.get("suite", []))
+               + f" on {ctx.get('gpu', '?')} (commit {ctx.get('git_sha', '?')}). A mutant is killed "
+               "when a suite command fails, crashes or times out. The unmutated control runs first: "
+               + ("**it passed**" if ctrl.get("pass") else f"**it FAILED** ({ctrl.get('why', '?')})")
+               + f" in {fmt(num(ctrl.get('seconds')))} s.")
+    out.append("")
+    rate = num(s.get("kill_rate"))
+    out.append(f"**Kill rate {fmt(100 * rate) + ' %' if rate is not None else 'n/a'}**: "
+               f"{s.get('killed', 0)} killed, {s.get('survived', 0)} survived"
+               + (f", {s.get('not_run')} not run" if s.get("not_run") else "")
+               + f" of {s.get('total', 0)} mutants.")
+    out.append("")
+    ms = mut.get("mutants", [])
+    fams = {}
+    for m in ms:
+        f = fams.setdefault(m.get("family", "?"), [0, 0, 0])
+        f[0 if m.get("status") == "killed" else 1 if m.get("status") == "survived" else 2] += 1
+    if fams:
+        out.append(md_table(["kernel family", "killed", "survived", "not run"],
+                            [(k, v[0], v[1], v[2]) for k, v in sorted(fams.items())]))
+        out.append("")
+    surv = [m for m in ms if m.get("status") == "survived"]
+    if surv:
+        out += ["### Survivors", ""]
+        for m in surv:
+            why = (f"equivalent: {m['equivalent']}" if m.get("equivalent") else
+                   "not equivalent: a test that sees it is still missing")
+            out.append(f"* `{m['id']}` ({m.get('family')}, {m.get('kind')}): {m.get('what')} — {why}")
+        out.append("")
+    if ms:
+        out += ["### Every mutant", ""]
+        out.append(md_table(["mutant", "family", "kind", "status", "killed by", "s"],
+                            [(m.get("id"), m.get("family"), m.get("kind"),
+                              m.get("status") if m.get("status") != "survived" else "**survived**",
+                              m.get("killed_by", m.get("why", "—")), fmt(num(m.get("seconds"))))
+                             for m in ms]))
+        out.append("")
+    return out
+
+
+def precision_md(val_paths, contexts, prec, plots, oracle=None, checks=None, mutation=None):
     out = ["# Precision", ""]
+    if mutation is not None and (not val_paths or prec is None):
+        out += mutation_section(mutation)
     if val_paths and not prec and (oracle or gpu_absence(contexts)):
         why = gpu_absence(contexts) or ("the validation JSON has no 'precision' section "
                                         "(GPU comparisons).")
@@ -725,7 +870,7 @@ def precision_md(val_paths, contexts, prec, plots, oracle=None, checks=None):
     if not prec:
         out += [NOT_MEASURED.format(why="the 'precision' section is empty."), ""]
         return "\n".join(out) + "\n"
-    n_fail = sum(1 for r in prec if not r["pass"])
+    n_fail = sum(1 for r in prec if not row_verdict(r))
     out += ["## Summary", ""]
     out.append(f"{len(prec) - n_fail} of {len(prec)} tensor comparisons pass"
                + (f"; **{n_fail} FAIL**." if n_fail else "."))
@@ -737,7 +882,7 @@ def precision_md(val_paths, contexts, prec, plots, oracle=None, checks=None):
         ratio = [num(r["k"]) / num(r["k_limit"]) for r in rs
                  if num(r["k"]) is not None and num(r["k_limit"])]
         worst = max(rs, key=lambda r: num(r["k"]) if num(r["k"]) is not None else -1)
-        summary.append((dt, len(rs), sum(1 for r in rs if not r["pass"]),
+        summary.append((dt, len(rs), sum(1 for r in rs if not row_verdict(r)),
                         fmt(max(ks) if ks else None), fmt(statistics.median(ks) if ks else None),
                         fmt(max(ratio) if ratio else None),
                         f"{worst['tensor']} @ {worst['shape']}"))
@@ -746,22 +891,27 @@ def precision_md(val_paths, contexts, prec, plots, oracle=None, checks=None):
     out.append("")
     if plots.get("k"):
         out += ["![k per tensor](precision_k.png)", ""]
-    fails = [r for r in prec if not r["pass"]]
+    out += stats_section(prec, plots)
+    out += mutation_section(mutation)
+    fails = [r for r in prec if not row_verdict(r)]
     if fails:
         out += ["## Failures", ""]
-        out.append(md_table(["dtype", "shape", "tensor", "k", "k_limit", "max abs"],
+        out.append(md_table(["dtype", "shape", "tensor", "k", "k_limit", "max abs", "statistics"],
                             [(r["dtype"], r["shape"], r["tensor"], fmt(num(r["k"])),
-                              fmt(num(r["k_limit"])), fmt(num(r["max_abs"]))) for r in fails]))
+                              fmt(num(r["k_limit"])), fmt(num(r["max_abs"])),
+                              ("FAIL (" + str(r.get("stat_failed", "")) + ")")
+                              if r.get("stat_pass") is False else "—") for r in fails]))
         out.append("")
     out += ["## All comparisons", ""]
-    extra = [f for f in ("suite", "config", "scan", "headroom", "baseline_max_abs")
+    extra = [f for f in ("suite", "config", "scan", "headroom", "baseline_max_abs", "z_bias",
+                         "z_mag", "z_limit", "k_rms", "k_rms_limit")
              if any(f in r for r in prec)]
     rows = []
     for r in sorted(prec, key=lambda r: ((DTYPES + [r["dtype"]]).index(r["dtype"]), str(r["shape"]),
                                          str(r["tensor"]))):
         rows.append([r["dtype"], r["shape"], r["tensor"], fmt(num(r["k"])), fmt(num(r["k_limit"])),
                      fmt(num(r["max_abs"])), fmt(num(r["max_rel"])), fmt(num(r["nmse"])),
-                     fmt(num(r["max_ulp"])), "pass" if r["pass"] else "**FAIL**"]
+                     fmt(num(r["max_ulp"])), "pass" if row_verdict(r) else "**FAIL**"]
                     + [fmt(num(r[f])) if num(r.get(f)) is not None else str(r.get(f, "—"))
                        for f in extra])
     out.append(md_table(["dtype", "shape", "tensor", "k", "k_limit", "max abs", "max rel", "NMSE",
@@ -839,12 +989,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", nargs="*", default=[], help="Google Benchmark JSON files")
     ap.add_argument("--validation", nargs="*", default=[], help="validation JSON files")
+    ap.add_argument("--mutation", help="the mutation runner's mutation.json (scripts/mutate.sh run)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args(argv)
     try:
         b_ctx, scan, step, other = load_bench(a.bench)
         checks = []
         v_ctx, prec, det, oracle = load_validation(a.validation, checks)
+        mutation = load_mutation(a.mutation) if a.mutation else None
     except InputError as e:
         print(f"generate.py: error: {e}", file=sys.stderr)
         return 2
@@ -858,9 +1010,10 @@ def main(argv=None):
                                       os.path.join(a.out, "perf_scan_pct_peak.png"), False)
         plots["steps"] = plot_steps(plt, step, os.path.join(a.out, "perf_train_step.png"))
         plots["k"] = plot_k(plt, prec or [], os.path.join(a.out, "precision_k.png"))
+        plots["stats"] = plot_stats(plt, prec or [], os.path.join(a.out, "precision_stats.png"))
     reports = {
         "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots, v_ctx),
-        "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle, checks),
+        "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle, checks, mutation),
         "determinism.md": determinism_md(a.validation, v_ctx, det),
     }
     if plt is None:

@@ -7,7 +7,8 @@ anything. Checks: the three reports and the plots are written; values, failed
 verifications, skipped cases, precision failures and unexpected determinism
 rows are shown; per-device shard files merge; missing inputs give "not
 measured", with "no usable GPU on this machine (<reason>)" where that is the
-cause; invalid inputs stop with an error naming the file and field.
+cause; invalid inputs stop with an error naming the file and field; the
+statistical-check columns and the mutation-testing section appear when given.
 """
 
 import json
@@ -359,6 +360,48 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("precision[1]", r.stderr)
         self.assertIn("k_limit", r.stderr)
+
+    def test_statistics_and_mutation_sections(self):
+        doc = validation_doc()
+        stat = {"z_bias": 0.5, "z_mag": -1.2, "z_limit": 9.08, "k_rms": 0.9, "k_rms_limit": 2.2,
+                "stat_runs": 12, "stat_pass": True, "stat_failed": ""}
+        doc["precision"] = [dict(doc["precision"][0], **stat),
+                            dict(doc["precision"][3], **dict(stat, z_mag=-130.0, stat_pass="false",
+                                                             stat_failed="bias_mag"))]
+        mut = {"schema": "mambacheck-mutation/1",
+               "context": {"git_sha": "fixturesha", "gpu": "Fixture GPU", "suite": ["scan-bits", "steps"]},
+               "control": {"pass": True, "seconds": 41.5},
+               "mutants": [
+                   {"id": "fixture-killed", "family": "norm", "kind": "logic", "what": "a fault",
+                    "status": "killed", "killed_by": "steps: StepParity.RmsNormForward", "seconds": 3},
+                   {"id": "fixture-equivalent", "family": "elementwise", "kind": "equivalent-candidate",
+                    "what": "x > 20 becomes x >= 20", "equivalent": "the same value at x = 20",
+                    "status": "survived", "seconds": 40},
+                   {"id": "fixture-survivor", "family": "reduce", "kind": "precision",
+                    "what": "another fault", "equivalent": "", "status": "survived", "seconds": 40}],
+               "summary": {"total": 3, "killed": 1, "survived": 2, "not_run": 0, "kill_rate": 0.3333}}
+        r = self.run_gen("--validation", self.write("v.json", doc), "--mutation", self.write("m.json", mut))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        prec = self.read("precision.md")
+        self.assertIn("## Statistical checks", prec)
+        self.assertIn("1 of 2 tensor comparisons pass; **1 FAIL**", prec)  # the k-rule passes both
+        self.assertIn("FAIL (bias_mag)", prec.split("## Failures")[1].split("## All")[0])
+        self.assertIn("## Mutation testing", prec)
+        self.assertIn("**Kill rate 33.3 %**: 1 killed, 2 survived of 3 mutants", prec)
+        surv = prec.split("### Survivors")[1].split("###")[0]
+        self.assertIn("`fixture-equivalent`", surv)
+        self.assertIn("equivalent: the same value at x = 20", surv)
+        self.assertIn("`fixture-survivor`", surv)
+        self.assertIn("a test that sees it is still missing", surv)
+        self.assertIn("steps: StepParity.RmsNormForward", prec)
+        if have_matplotlib():
+            self.assertIn("precision_stats.png", prec)
+            with open(os.path.join(self.out, "precision_stats.png"), "rb") as f:
+                self.assertEqual(f.read(8), PNG_MAGIC)
+        bad = dict(mut, schema="other/1")
+        r = self.run_gen("--mutation", self.write("bad.json", bad))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("mambacheck-mutation/1", r.stderr)
 
     def test_wrong_schema_is_an_error(self):
         doc = validation_doc()

@@ -29,7 +29,12 @@ ALLOWED = {
     "bench": {"core", "kernels", "gpu", "check", "generated"},
     "validation/support": {"core", "reference_cpu", "gpu", "check"},
     "validation/cpu": {"core", "reference_cpu", "check", "validation/support"},
-    "validation/gpu": {"core", "reference_cpu", "kernels", "gpu", "check", "validation/support"},
+    "validation/gpu": {"core", "reference_cpu", "kernels", "gpu", "check", "validation/support",
+                       "validation/emulation"},
+    # the CPU emulation of the scan kernels and the device-vs-emulation bit cases
+    # (its emulator is force-included by the build, never included by kernels/)
+    "validation/emulation": {"core", "reference_cpu", "kernels", "gpu", "check",
+                             "validation/support"},
 }
 GENERATED = {"generated/build_info.hpp"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -1,6 +1,7 @@
 // scan_math.cuh — the exponential of the selective scan, dA = exp(δ·A), as a
 // __host__ __device__ function with every operation spelled out (explicit fmaf,
-// no library call, no MUFU), so the GPU and a host build compute the same bits.
+// no library call, no MUFU), so the GPU and a host build compute the same bits
+// (tests: validation/gpu/test_scan_exp.cpp, validation/gpu/test_scan_emulation_bits.cpp).
 //
 // Why not CUDA's expf: it is accurate to 2 ulp through the ex2.approx unit,
 // whose error is undocumented beyond that bound and may be biased; a biased dA

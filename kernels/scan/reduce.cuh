@@ -3,7 +3,8 @@
 // groups (ascending, from 0.0) into f32 or typed, possibly strided, outputs, and
 // the per-sample dA_log / dD partials summed over b (ascending) into the
 // accumulators (+=). One thread owns one output element: no atomics, no trees;
-// the bits depend on nothing but the data and the group count.
+// the bits depend on nothing but the data and the group count (test_scan_parity.cpp's
+// backward reruns, test_determinism.cpp).
 #pragma once
 
 #include "kernels/scan/device.cuh"

@@ -35,11 +35,13 @@
 //             from the rounded argument). What makes the scan fast.
 //   Accurate  a correctly-scaled polynomial exp on the FMA pipes (scan_math.cuh,
 //             ≤ 0.61 ulp, unbiased); the same bits as a host build of the same
-//             source, which the emulation tests rely on. Slower.
+//             source, which the emulation tests rely on (device vs emulation:
+//             validation/gpu/test_scan_emulation_bits.cpp). Slower.
 //
 // Determinism: no atomics anywhere. Launch geometry is a pure function of the
 // shape; every sum has a fixed order. Same inputs, route, ExpMath, geometry and
-// device -> the same bits.
+// device -> the same bits (tests: test_determinism.cpp Routes/Rerun, CrossProcess,
+// UnderLoad; the reruns of test_scan_parity.cpp).
 //
 // Layouts: row-major; activation rows r = b*T + t. A Rows<T> view is
 // [B*T rows, ≥ cols] with row stride ld elements, so B/C can be read in place

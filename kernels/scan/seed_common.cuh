@@ -11,7 +11,8 @@
 //   chunk   timesteps per chunk = groups * kItems (each thread owns kItems consecutive t)
 //   dt      backward only: consecutive channels one block runs (bwd_par_geom)
 // It is a pure function of the shape — fixed launch geometry is part of the
-// determinism contract (spec §5.1.7): same shape, same summation order, same bits.
+// determinism contract (spec §5.1.7): same shape, same summation order, same bits
+// (validation/gpu/test_determinism.cpp, test_scan_parity.cpp's reruns).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,12 +27,16 @@
 // ---- launch seam ---------------------------------------------------------------------
 // Every scan kernel launch goes through scan_detail::launch(). Under nvcc it is a
 // plain <<<grid, block, smem, stream>>> launch. A host-compiler build that defines
-// MC_SCAN_HOST_EMULATION gets scan_emulation.cuh's CPU implementation instead (and
-// the CUDA built-ins the kernels use): it runs the unmodified kernels on the CPU,
-// one fiber per CUDA thread — to exercise kernel logic, geometry and barrier
-// placement on machines without a GPU.
+// MC_SCAN_HOST_EMULATION gets the CPU implementation of the test tree's emulator
+// instead (validation/emulation/emulation.cuh, with the CUDA built-ins the kernels
+// use), which that build force-includes ahead of this file: it runs the unmodified
+// kernels on the CPU, one fiber per CUDA thread — to exercise kernel logic,
+// geometry and barrier placement on machines without a GPU, and to produce the
+// bits the device must match (validation/gpu/test_scan_emulation_bits.cpp).
 #if defined(MC_SCAN_HOST_EMULATION)
-#include "kernels/scan/emulation.cuh"
+#if !defined(MC_SCAN_EMULATION_LOADED)
+#error "MC_SCAN_HOST_EMULATION builds force-include validation/emulation/emulation.cuh (see validation/emulation/CMakeLists.txt)"
+#endif
 #else
 namespace mc::kern::scan_detail {
 template <class... P, class... A>

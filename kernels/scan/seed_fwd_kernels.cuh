@@ -13,7 +13,7 @@
 // 2-ulp expf nor mamba-rs's exp2f(δ·(A·log2e)). Every multiply-add is an
 // explicit fmaf and the few products that must not be contracted use
 // __fmul_rn, so the arithmetic is fixed at the source level (and a host
-// emulation build reproduces it bit for bit).
+// emulation build reproduces it bit for bit: validation/gpu/test_scan_emulation_bits.cpp).
 //
 // Sequential kernel: one thread per (b, d), state in registers (ds <= 64,
 // arrays unrolled to 64 with a run-time guard; no template on d_state).
@@ -34,7 +34,7 @@
 // Timesteps t >= T are identity pairs: they are skipped outright (never loaded,
 // never composed), so padding cannot leak into the state (mamba #368). The
 // chunk carry, the written-back final state and h_saved[:, T] are the same
-// value bit for bit (all from the same re-run). No atomics; every sum has a
+// value bit for bit (all from the same re-run; test_scan_parity.cpp checks the last two). No atomics; every sum has a
 // fixed order that depends only on (T, ds).
 #pragma once
 

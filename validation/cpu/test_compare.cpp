@@ -17,6 +17,8 @@
 
 #include "check/compare.hpp"
 #include "check/model_check.hpp"
+#include "check/problem.hpp"
+#include "core/builtin_configs.hpp"
 #include "core/param_layout.hpp"
 #include "core/storage.hpp"
 
@@ -413,6 +415,23 @@ TEST(ModelComparison, SizeMismatchFails) {
   const auto c = compare_model("missing", in, K, O, P);
   EXPECT_FALSE(c.pass());
   EXPECT_NE(c.report(true).find("SIZE MISMATCH"), std::string::npos);
+}
+
+// problem.hpp's promise: every value of a test problem is exactly representable in
+// f32, so the float and double oracles and the GPU see bit-identical inputs.
+TEST(Problem, EveryValueIsF32Exact) {
+  for (const auto& nc : ref::builtin_configs()) {
+    if (nc.B * nc.T * nc.cfg.d_model > (1 << 16)) continue;  // the large ones: same generator
+    for (bool zero_state : {false, true}) {
+      ProblemOptions opt;
+      opt.zero_state = zero_state;
+      const Problem p = make_problem(nc.cfg, nc.B, nc.T, 17, opt);
+      for (const auto* v : {&p.params, &p.X, &p.conv0, &p.ssm0, &p.d_out})
+        for (size_t i = 0; i < v->size(); ++i)
+          ASSERT_EQ(double(float((*v)[i])), (*v)[i]) << nc.name << " element " << i;
+      EXPECT_GT(p.params.size(), 0u);
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,15 @@
 //   pass  <=>  max|K − O| <= k_limit · max|P − O| + atol   (atol = 2 ulp at max|O|)
 // k_limit = kF32KLimit for f32 tensors, kTypedKLimit for typed outputs. Every
 // measured k is printed and recorded (RecordProperty "k.<case>.<run>.<tensor>").
+// Beside it, the statistical checks of check/stats.hpp (bias, magnitude bias,
+// k_rms; docs/precision-statistics.md) against an ensemble of check::kStatRuns
+// Monte Carlo arithmetic runs of the same oracle composition (cases up to
+// kStatMaxWork state updates; larger ones print "not computed"). On the
+// checkpointed route with ExpMath::Hardware they are reported but not enforced
+// for the tensors compared at f32 precision: ex2.approx of a rounded δ·(A·log2 e)
+// is by contract less accurate than the oracle's libm exp at f32 level (scan.hpp;
+// the k-rule's factor 4 covers it), which puts those tensors outside the
+// ensemble's accuracy class; its typed outputs are enforced.
 // Each pair of runs of one case must also agree within the sum of their bounds.
 // The oracle composes the unfused steps: softplus_fwd, selective_scan_fwd,
 // gating_fwd and their backward steps (reference_cpu/steps.hpp).
@@ -43,6 +52,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -56,12 +66,14 @@
 
 #include "check/compare.hpp"
 #include "check/problem.hpp"
+#include "check/stats.hpp"
 #include "core/config.hpp"
 #include "core/storage.hpp"
 #include "gpu/device_buffer.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/scan/scan.hpp"
 #include "kernels/scan/exp_math.cuh"
+#include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/steps.hpp"
 #include "validation/support/gpu_test.hpp"
 
@@ -250,6 +262,14 @@ std::vector<S> as(const std::vector<float>& v) {
   return std::vector<S>(v.begin(), v.end());
 }
 
+// A typed store of the oracle's result: round to nearest in float (P), one random
+// rounding of the dtype's unit roundoff in Monte Carlo arithmetic (the ensemble).
+template <class S>
+S store_rounded(DType t, S x) {
+  return S(mc::round_to(t, float(x)));
+}
+mc::ref::Mca store_rounded(DType t, mc::ref::Mca x) { return mc::ref::round_to(t, x); }
+
 // The unfused composition in precision S (typed outputs rounded when S = float
 // and `round` names the dtype: the same-precision baseline).
 template <class S>
@@ -304,8 +324,49 @@ ScanOutputs<S> run_oracle(const ScanInputs& in, DType round = DType::F32) {
   }
   if (round != DType::F32)
     for (auto* v : {&o.y, &o.d_delta, &o.du, &o.dz})
-      for (auto& e : *v) e = S(mc::round_to(round, float(e)));
+      for (auto& e : *v) e = store_rounded(round, e);
   return o;
+}
+
+// ---- the ensemble of the statistical checks -----------------------------------------------
+// Cases up to this many state updates (B·T·di·ds) get one (about a second each).
+constexpr int64_t kStatMaxWork = int64_t(1) << 21;
+
+template <class S>
+std::vector<double> as_double(const std::vector<S>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = double(v[i]);
+  return r;
+}
+
+// check::kStatRuns Monte Carlo arithmetic runs of run_oracle (run r seeded from
+// the case seed, r and the OpenMP thread): empty when the case is too large.
+std::vector<ScanOutputs<double>> mca_ensemble(const ScanInputs& in) {
+  std::vector<ScanOutputs<double>> e;
+  const ScanCase& c = in.c;
+  if (c.B * c.T * c.di * c.ds > kStatMaxWork) return e;
+  for (int r = 0; r < mc::check::kStatRuns; ++r) {
+#pragma omp parallel
+    {
+      mc::ref::Mca::seed(c.seed * 0x9e3779b97f4a7c15ULL + uint64_t(r) * 0x100000001b3ULL +
+                         uint64_t(omp_get_thread_num()) + 1);
+    }
+    const ScanOutputs<mc::ref::Mca> m = run_oracle<mc::ref::Mca>(in, c.dtype);
+    ScanOutputs<double> d;
+    d.y = as_double(m.y);
+    d.saved = as_double(m.saved);
+    d.h_final = as_double(m.h_final);
+    d.d_delta = as_double(m.d_delta);
+    d.du = as_double(m.du);
+    d.dz = as_double(m.dz);
+    d.dB = as_double(m.dB);
+    d.dC = as_double(m.dC);
+    d.dD = as_double(m.dD);
+    d.dA_log = as_double(m.dA_log);
+    d.dh0 = as_double(m.dh0);
+    e.push_back(std::move(d));
+  }
+  return e;
 }
 
 // One way of running the scan: a route and an exponential.
@@ -387,6 +448,15 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   o.y = download(y, size_t(n));
   o.saved = download(saved, nsaved);
   o.h_final = download(hf, size_t(ns));
+  if (run.route != Route::Checkpointed) {
+    // seed_fwd_kernels.cuh: the final state and h_saved[:, T] are the same value bit for bit
+    const size_t row = size_t(c.di * c.ds);
+    for (int64_t b = 0; b < c.B; ++b)
+      EXPECT_EQ(std::memcmp(o.saved.data() + size_t(b * (c.T + 1) + c.T) * row,
+                            o.h_final.data() + size_t(b) * row, row * sizeof(float)),
+                0)
+          << label << ": h_final differs from h_saved[" << b << ", T]";
+  }
 
   {  // nosave twin: bitwise the same y and final state
     DeviceBuffer<float> hf2(size_t(ns), "h_final (nosave)");
@@ -459,7 +529,9 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   run_bwd(nullptr);
   EXPECT_TRUE(bitwise_equal(download(d_delta, size_t(n)), o.d_delta)) << label << ": d_delta";
   EXPECT_TRUE(bitwise_equal(download(du, size_t(n)), o.du)) << label << ": du not reproducible";
-  if (c.gate) EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << label << ": dz";
+  if (c.gate) {
+    EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << label << ": dz";
+  }
   EXPECT_TRUE(bitwise_equal(download(dB, size_t(R * c.ds)), o.dB)) << label << ": dB";
   EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << label << ": dC";
   EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << label << ": dD";
@@ -490,19 +562,43 @@ struct Compared {
 
 Compared compare(const std::string& label, const ScanCase& c, const RouteRun& run,
                  const ScanOutputs<float>& K, const ScanOutputs<double>& O,
-                 const ScanOutputs<float>& P) {
+                 const ScanOutputs<float>& P, const std::vector<ScanOutputs<double>>& E) {
   using mc::check::k_rule;
   using mc::check::kF32KLimit;
   using mc::check::kTypedKLimit;
   const DType dt = c.dtype;
   const double typed_limit = dt == DType::F32 ? kF32KLimit : kTypedKLimit;
   Compared out;
+  using Field = std::vector<double> ScanOutputs<double>::*;
+  const bool hw = run.exp == ExpMath::Hardware;
+  auto add_stats = [&](KRuleResult& r, const std::vector<float>& k, const std::vector<double>& o,
+                       const std::vector<float>& p, const std::vector<std::vector<double>>& ens,
+                       DType t) {
+    if (ens.empty()) return;
+    std::vector<const double*> runs;
+    for (const auto& e : ens) {
+      if (e.size() != o.size()) return;
+      runs.push_back(e.data());
+    }
+    r.stats = mc::check::stat_check(k.data(), o.data(), p.data(), runs, int64_t(o.size()));
+    if (hw && t == DType::F32) {
+      r.stats.enforced = false;
+      r.stats.note = "hw exp at f32 level: outside the ensemble's class";
+    }
+  };
+  auto ens_of = [&](Field f) {
+    std::vector<std::vector<double>> v;
+    for (const auto& e : E) v.push_back(e.*f);
+    return v;
+  };
   auto add = [&](const char* name, const std::vector<float>& k, const std::vector<double>& o,
-                 const std::vector<float>& p, DType t, double lim) {
+                 const std::vector<float>& p, DType t, double lim, Field f) {
     out.rules.push_back(k_rule(name, k, o, p, t, lim));
     out.kernel.push_back(&k);
+    if (f && k.size() == o.size() && p.size() == o.size())
+      add_stats(out.rules.back(), k, o, p, ens_of(f), t);
   };
-  add("y", K.y, O.y, P.y, dt, typed_limit);
+  add("y", K.y, O.y, P.y, dt, typed_limit, &ScanOutputs<double>::y);
   std::vector<double> O_saved;
   std::vector<float> P_saved;
   if (run.route == Route::Checkpointed) {
@@ -513,22 +609,32 @@ Compared compare(const std::string& label, const ScanCase& c, const RouteRun& ru
     O_saved = O.saved;
     P_saved = P.saved;
   }
-  if (O_saved.size() >= 16) add("saved", K.saved, O_saved, P_saved, DType::F32, kF32KLimit);
-  add("h_final", K.h_final, O.h_final, P.h_final, DType::F32, kF32KLimit);
-  add("d_delta", K.d_delta, O.d_delta, P.d_delta, dt, typed_limit);
-  add("du", K.du, O.du, P.du, dt, typed_limit);
-  if (c.gate) add("dz", K.dz, O.dz, P.dz, dt, typed_limit);
-  add("dB", K.dB, O.dB, P.dB, DType::F32, kF32KLimit);
-  add("dC", K.dC, O.dC, P.dC, DType::F32, kF32KLimit);
-  if (!c.no_skip) add("dD", K.dD, O.dD, P.dD, DType::F32, kF32KLimit);
-  add("dA_log", K.dA_log, O.dA_log, P.dA_log, DType::F32, kF32KLimit);
-  add("dh0", K.dh0, O.dh0, P.dh0, DType::F32, kF32KLimit);
+  if (O_saved.size() >= 16) {
+    add("saved", K.saved, O_saved, P_saved, DType::F32, kF32KLimit, nullptr);
+    std::vector<std::vector<double>> E_saved;
+    for (const auto& e : E)
+      E_saved.push_back(run.route == Route::Checkpointed ? at_checkpoints(e.saved, c, ckpt_chunk(c))
+                                                         : e.saved);
+    if (K.saved.size() == O_saved.size())
+      add_stats(out.rules.back(), K.saved, O_saved, P_saved, E_saved, DType::F32);
+  }
+  using SO = ScanOutputs<double>;
+  add("h_final", K.h_final, O.h_final, P.h_final, DType::F32, kF32KLimit, &SO::h_final);
+  add("d_delta", K.d_delta, O.d_delta, P.d_delta, dt, typed_limit, &SO::d_delta);
+  add("du", K.du, O.du, P.du, dt, typed_limit, &SO::du);
+  if (c.gate) add("dz", K.dz, O.dz, P.dz, dt, typed_limit, &SO::dz);
+  add("dB", K.dB, O.dB, P.dB, DType::F32, kF32KLimit, &SO::dB);
+  add("dC", K.dC, O.dC, P.dC, DType::F32, kF32KLimit, &SO::dC);
+  if (!c.no_skip) add("dD", K.dD, O.dD, P.dD, DType::F32, kF32KLimit, &SO::dD);
+  add("dA_log", K.dA_log, O.dA_log, P.dA_log, DType::F32, kF32KLimit, &SO::dA_log);
+  add("dh0", K.dh0, O.dh0, P.dh0, DType::F32, kF32KLimit, &SO::dh0);
   for (const auto& r : out.rules) {
-    std::cout << "[scan " << label << "] " << r.summary() << "\n";
+    std::cout << "[scan " << label << "] " << r.summary()
+              << (E.empty() ? " | stats: not computed (case above kStatMaxWork)" : "") << "\n";
     ::testing::Test::RecordProperty("k." + label + "." + r.tensor, std::to_string(r.k));
     EXPECT_EQ(r.kernel.nonfinite, 0) << label << " " << r.tensor << ": first non-finite at "
                                      << r.kernel.first_nonfinite;
-    EXPECT_TRUE(r.pass) << label << " | " << r.summary();
+    EXPECT_TRUE(r.verdict()) << label << " | " << r.summary();
   }
   return out;
 }
@@ -656,13 +762,14 @@ void run_case(const ScanCase& c) {
   const ScanInputs in = make_inputs(c);
   const ScanOutputs<double> O = run_oracle<double>(in);
   const ScanOutputs<float> P = run_oracle<float>(in, c.dtype);
+  const std::vector<ScanOutputs<double>> E = mca_ensemble(in);
   const std::vector<RouteRun> runs = runs_for(c);
   std::vector<ScanOutputs<float>> K;
   K.reserve(runs.size());
   std::vector<Compared> cmp;
   for (const RouteRun& r : runs) {
     K.push_back(run_gpu<T>(in, r));
-    cmp.push_back(compare(c.name() + "." + r.name(), c, r, K.back(), O, P));
+    cmp.push_back(compare(c.name() + "." + r.name(), c, r, K.back(), O, P, E));
   }
   for (size_t i = 0; i < runs.size(); ++i)
     for (size_t j = i + 1; j < runs.size(); ++j)
@@ -1056,8 +1163,12 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
       // launchable on sm_90 (227 KiB per block); three blocks per SM fit up to
       // d_state 16 (Mamba's), two up to d_state 128
       EXPECT_LE(g.smem_bytes, size_t(227) << 10) << ds;
-      if (ds <= 16) EXPECT_LE(g.smem_bytes, size_t(75) << 10) << ds << ": three blocks per SM";
-      if (ds <= 128) EXPECT_LE(g.smem_bytes, size_t(113) << 10) << ds << ": two blocks per SM";
+      if (ds <= 16) {
+        EXPECT_LE(g.smem_bytes, size_t(75) << 10) << ds << ": three blocks per SM";
+      }
+      if (ds <= 128) {
+        EXPECT_LE(g.smem_bytes, size_t(113) << 10) << ds << ": two blocks per SM";
+      }
       EXPECT_EQ(scan::saved_floats(sh, Route::Checkpointed), size_t(3 * g.n_ckpt * 77 * ds)) << ds;
     }
 }

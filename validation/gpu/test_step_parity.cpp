@@ -430,10 +430,7 @@ TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
       std::vector<S> xb(static_cast<size_t>(n)), z(static_cast<size_t>(n)), gs(static_cast<size_t>(n)),
           dz(static_cast<size_t>(n));
       ref::split_gate_silu_fwd(h[P], R, di, xb.data(), z.data(), gs.data());
-      if constexpr (std::is_same_v<S, float>) {  // P rounds the stored gs (O never rounds)
-        if (!std::is_same_v<TypeParam, float>)
-          for (S& v : gs) v = mc::round_to(mc::testing::StorageType<TypeParam>::dtype, v);
-      }
+      for (S& v : gs) v = h.q(v);  // gs as a typed store would hold it (O never rounds)
       ref::gating_fwd(h[y], gs.data(), n, h[g]);
       ref::gating_bwd(h[dG], h[y], z.data(), gs.data(), n, h[dY], dz.data());
       for (int64_t r = 0; r < R; ++r)
@@ -591,6 +588,11 @@ TYPED_TEST(StepParity, FirstNonFiniteReportsSmallestIndex) {
       want = std::min(want, bad[i]);
     }
     EXPECT_EQ(first(mc::testing::upload_as<TypeParam>(v, "buf", s)), want) << n;
+    // a run of non-finite values from n/4 on: every thread of the grid-stride loop
+    // meets several, and the smallest index must still win (not a thread's last hit)
+    for (int64_t i = n / 4; i < n; ++i) v[size_t(i)] = NAN;
+    EXPECT_EQ(first(mc::testing::upload_as<TypeParam>(v, "buf", s)), std::min(want, n / 4))
+        << n << " (a run of non-finite values from n/4)";
   }
   if constexpr (std::is_same_v<TypeParam, __half>) {  // f16 overflow: 70000 -> inf
     std::vector<float> v = uniform(5000, 152, -1.0, 1.0);

@@ -5,6 +5,12 @@
 // `mambacheck validate` applies exactly the same one; this header adds the
 // GoogleTest side (recording and expecting).
 //
+// The same MCA runs are the ensemble of the statistical checks (check/stats.hpp:
+// bias and magnitude bias in units of the ensemble's noise, k_rms against its
+// derived limit; docs/precision-statistics.md), computed for every tensor with
+// P as the baseline; a tensor passes when both the k-rule and the statistics do
+// (KRuleResult::verdict()).
+//
 // Header only: it uses gtest, and each GPU suite is its own executable.
 #pragma once
 
@@ -74,7 +80,7 @@ inline void expect_pass_and_record(const ModelCheck& c, const std::string& prefi
   std::cout << c.report();
   for (const auto& t : c.tensors) {
     ::testing::Test::RecordProperty("k." + prefix + t.r.tensor, std::to_string(t.r.k));
-    EXPECT_TRUE(t.r.pass) << ModelCheck::line(c.label, t);
+    EXPECT_TRUE(t.r.verdict()) << ModelCheck::line(c.label, t);
   }
   EXPECT_FALSE(c.tensors.empty());
 }

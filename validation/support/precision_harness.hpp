@@ -2,13 +2,17 @@
 // suites, test_precision.cpp (rapidcheck shapes) and
 // test_precision_model.cpp (model-like shapes). One case = one problem in one
 // dtype: the inputs are quantised to the dtype (make_model_inputs), the f64
-// oracle O and the same-precision float baseline P (Storage rounding at the
-// GPU's typed storage points) run ONCE, the GPU pipeline K runs once per scan
+// oracle O, the same-precision float baseline P (Storage rounding at the
+// GPU's typed storage points) and an ensemble of check::kStatRuns Monte Carlo
+// arithmetic runs of the same oracle (check::mca_ensemble) run ONCE, the GPU
+// pipeline K runs once per scan
 // mode (with check_finite, so a NaN/Inf is reported with its step, tensor and
 // index instead of as a precision failure), and every output, final state
 // and gradient tensor is compared with the k-rule of compare.hpp:
-//     max|K-O| <= kTypedKLimit (= 2) * max|P-O| + 2 ulp_dtype(max|O|).
-// k, max abs, max rel (floor 1e-3 max|O|), NMSE and the ULP distance in the
+//     max|K-O| <= kTypedKLimit (= 2) * max|P-O| + 2 ulp_dtype(max|O|),
+// and the statistical checks of check/stats.hpp (bias and magnitude bias in
+// units of the ensemble's noise, k_rms against its derived limit;
+// docs/precision-statistics.md). k, max abs, max rel (floor 1e-3 max|O|), NMSE and the ULP distance in the
 // dtype are reported per tensor; the largest k per tensor FAMILY (out,
 // conv_final, ssm_final, grad.input, grad.conv0, grad.ssm0, grad.<param kind>, the
 // layer index dropped) is printed as a table and recorded (RecordProperty).
@@ -82,7 +86,8 @@ class FamilyTable {
       Row& w = it->second;
       ++w.count;
       // Worst = the largest k; a failing or non-finite k always wins.
-      const bool worse = (!r.pass && w.r.pass) || (r.pass == w.r.pass && !(r.k <= w.r.k));
+      const bool worse =
+          (!r.verdict() && w.r.verdict()) || (r.verdict() == w.r.verdict() && !(r.k <= w.r.k));
       if (worse) w = Row{r, scan, c.label, w.count};
     }
   }
@@ -95,7 +100,7 @@ class FamilyTable {
   }
   bool all_pass() const {
     for (const auto& [f, w] : rows_)
-      if (!w.r.pass) return false;
+      if (!w.r.verdict()) return false;
     return !rows_.empty();
   }
   // One line per family: the worst tensor's k and metrics, and where it was.
@@ -113,7 +118,7 @@ class FamilyTable {
                     "  %-22s %5d %8.3g  %-26s %10.3g %10.3g %9.3g %9.3g %6.0f %-10s%s%s%s\n",
                     f.c_str(), w.count, w.r.k, w.r.tensor.substr(0, 26).c_str(),
                     w.r.kernel.max_abs, w.r.baseline.max_abs, w.r.kernel.max_rel, w.r.kernel.nmse,
-                    w.r.kernel.max_ulp, w.scan.c_str(), w.r.pass ? "" : " FAIL",
+                    w.r.kernel.max_ulp, w.scan.c_str(), w.r.verdict() ? "" : " FAIL",
                     with_case ? "  " : "", with_case ? w.label.c_str() : "");
       os << buf;
     }
@@ -171,12 +176,24 @@ class PrecisionJson {
     for (const check::KRuleResult& r : c.tensors) {
       const std::string id = test + "|" + to_string(dtype) + "|" + shape + "|" +
                              to_string(scan) + "|" + tier + "|" + seed_s + "|" + r.tensor;
+      std::vector<std::pair<std::string, std::string>> extra = {
+          {"scan", report::json_string(to_string(scan))},
+          {"gemm_tier", report::json_string(tier)},
+          {"seed", seed_s},
+          {"suite", report::json_string(test)}};
+      if (r.stats.computed) {  // the statistical checks (check/stats.hpp)
+        const check::StatResult& st = r.stats;
+        extra.insert(extra.end(), {{"z_bias", report::json_number(st.z_bias)},
+                                   {"z_mag", report::json_number(st.z_mag)},
+                                   {"z_limit", report::json_number(st.z_limit)},
+                                   {"k_rms", report::json_number(st.k_rms)},
+                                   {"k_rms_limit", report::json_number(st.k_rms_limit)},
+                                   {"stat_runs", std::to_string(st.runs)},
+                                   {"stat_pass", report::json_bool(st.pass)},
+                                   {"stat_failed", report::json_string(st.failed)}});
+      }
       rows_.push_back(report::with_id(
-          id, report::precision_row_json(to_string(dtype), shape, r,
-                                         {{"scan", report::json_string(to_string(scan))},
-                                          {"gemm_tier", report::json_string(tier)},
-                                          {"seed", seed_s},
-                                          {"suite", report::json_string(test)}})));
+          id, report::precision_row_json(to_string(dtype), shape, r, extra)));
     }
   }
 
@@ -191,6 +208,7 @@ class PrecisionJson {
         {{"f32_gemm", report::json_string("f32")},
          {"gemm_tier", report::json_string(gpu::describe(precision_tier(DType::BF16)))},
          {"k_limit", report::json_number(check::kTypedKLimit)},
+         {"stat_alpha", report::json_number(check::kStatAlpha)},
          {"check_finite", report::json_bool(true)}},
         gpu::default_device());
     report::merge_validation_rows(path, context, "precision", current_test_name() + "|", rows_);
@@ -224,7 +242,7 @@ struct PrecisionCase {
   std::vector<ScanMode> scans;
   std::vector<check::Comparison> comparisons;  // parallel to scans (up to the error)
   std::string error;                     // non-empty: a GPU run hit a NaN/Inf
-  double seconds_O = 0, seconds_P = 0, seconds_K = 0;
+  double seconds_O = 0, seconds_P = 0, seconds_M = 0, seconds_K = 0;
 
   bool pass() const {
     if (!error.empty() || comparisons.size() != scans.size()) return false;
@@ -265,9 +283,11 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // O and P once, then K and the comparison per scan mode (check_finite on).
 // Rows go to the JSON collector; nothing is asserted here.
+// stat_runs: the ensemble size of the statistical checks (0: none).
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
-                                        const std::vector<ScanMode>& scans) {
+                                        const std::vector<ScanMode>& scans,
+                                        int stat_runs = check::kStatRuns) {
   PrecisionCase pc;
   pc.shape = check::describe(cfg, B, T);
   pc.dtype = dtype;
@@ -279,6 +299,10 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   t0 = std::chrono::steady_clock::now();
   const check::ModelOutputs<float> P = check::oracle_run<float>(in, dtype);
   pc.seconds_P = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const std::vector<check::ModelOutputs<double>> M =
+      check::mca_ensemble(in, dtype, stat_runs, seed);
+  pc.seconds_M = seconds_since(t0);
   for (ScanMode m : scans) {
     t0 = std::chrono::steady_clock::now();
     check::ModelOutputs<float> K;
@@ -296,7 +320,7 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
     pc.comparisons.push_back(check::compare_model(
         pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
             " gemm=" + to_string(precision_tier(dtype)),
-        in, K, O, P));
+        in, K, O, P, stat_runs > 0 ? &M : nullptr));
     PrecisionJson::instance().add(pc.comparisons.back(), dtype, pc.shape, m, seed);
   }
   return pc;

@@ -8,13 +8,19 @@
 //   P  the same oracle call in float on the same inputs, each typed output
 //      rounded to the dtype where the kernel stores it (the same-precision
 //      baseline);
+//   M  check::kStatRuns Monte Carlo arithmetic runs of the same oracle call
+//      (reference_cpu/mca_scalar.hpp: every operation and every typed store
+//      randomly rounded), the ensemble of the statistical checks;
 //   K  the kernel on the GPU,
 // and checks every output against the rule of check/compare.hpp
 //   max|K − O| <= k_limit · max|P − O| + 2 ulp(max|O|)
 // (k_limit = kF32KLimit with f32 ulps for f32-stored outputs, kTypedKLimit
 // with dtype ulps for typed ones; k printed and recorded as
 // RecordProperty("k.<tensor>")), or bitwise K == P for exact steps (copies,
-// casts, single roundings), or both.
+// casts, single roundings), or both. Every k-rule output also gets the
+// statistical checks of check/stats.hpp against M (bias and magnitude bias in
+// units of the ensemble's noise, RMS against its derived limit); it passes when
+// both do (KRuleResult::verdict()).
 //
 // Storage, the tag of a tensor's handle (so a launcher's pointer types check):
 //   F32      float on the device, never rounded;
@@ -39,6 +45,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,12 +64,14 @@
 
 #include "check/compare.hpp"
 #include "check/problem.hpp"
+#include "check/stats.hpp"
 #include "core/config.hpp"
 #include "core/storage.hpp"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_context.hpp"
 #include "gpu/gemm.hpp"
 #include "gpu/model.hpp"
+#include "reference_cpu/mca_scalar.hpp"
 #include "validation/support/gpu_test.hpp"
 
 namespace mc::testing {
@@ -168,6 +177,9 @@ class HostSide {
   HostSide(std::vector<std::vector<S>>& bufs, DType q) : bufs_(bufs), q_(q) {}
   S* operator[](TensorId t) { return bufs_[t.id].data(); }
   S* null() const { return nullptr; }  // an absent optional argument (S deduced as for h[t])
+  // A typed store of an intermediate value: none in O and the f32 P, round to
+  // nearest in a typed P, one random rounding in an ensemble run.
+  S q(S x) const { return q_ == DType::F32 ? x : round_to(q_, x); }
   template <class Tag>
   void round(Tensor<Tag> t) {
     if (std::is_same_v<Tag, F32> || q_ == DType::F32) return;
@@ -257,12 +269,30 @@ class StepTestbed {
     oracle(ho);
     HostSide<float> hp(p, kDType);
     oracle(hp);
+    std::vector<std::vector<std::vector<double>>> m(size_t(check::kStatRuns));  // [run][tensor]
+    for (int k = 0; k < check::kStatRuns; ++k) {
+      std::vector<std::vector<ref::Mca>> mk(recs_.size());
+      for (size_t i = 0; i < recs_.size(); ++i)
+        mk[i].assign(o_start(i).begin(), o_start(i).end());
+      seed_mca(k);
+      HostSide<ref::Mca> hm(mk, kDType);
+      oracle(hm);
+      m[size_t(k)].resize(recs_.size());
+      for (size_t i = 0; i < recs_.size(); ++i) {
+        const bool typed_store = recs_[i].rounded && kDType != DType::F32;
+        auto& out = m[size_t(k)][i];
+        out.reserve(mk[i].size());
+        for (const ref::Mca& x : mk[i]) out.push_back(double(typed_store ? round_to(kDType, x) : x));
+      }
+    }
     for (size_t i = 0; i < recs_.size(); ++i) {
       Rec& r = recs_[i];
       if (!r.output) continue;
       r.O = std::move(o[i]);
       r.P = std::move(p[i]);
       if (r.rounded) r.P = quantised(std::move(r.P));
+      r.M.clear();
+      for (auto& run : m) r.M.push_back(std::move(run[i]));
     }
     if (step_dry_run()) {
       for (size_t i = 0; i < recs_.size(); ++i)
@@ -277,11 +307,16 @@ class StepTestbed {
       const std::string n = name(TensorId{i});
       if (r.check != Check::Bitwise) {
         const bool typed = r.rounded && kDType != DType::F32;
-        const auto res = check::k_rule(n, r.K, r.O, r.P, typed ? kDType : DType::F32,
-                                       typed ? check::kTypedKLimit : check::kF32KLimit);
+        auto res = check::k_rule(n, r.K, r.O, r.P, typed ? kDType : DType::F32,
+                                 typed ? check::kTypedKLimit : check::kF32KLimit);
+        std::vector<const double*> runs;
+        for (const auto& mr : r.M) runs.push_back(mr.data());
+        res.stats = check::stat_check(r.K.data(), r.O.data(), r.P.data(), runs,
+                                      int64_t(r.K.size()));
         std::cout << "  " << res.summary() << "\n";
         ::testing::Test::RecordProperty("k." + n, std::to_string(res.k));
-        EXPECT_TRUE(res.pass) << res.summary();
+        ::testing::Test::RecordProperty("k_rms." + n, std::to_string(res.stats.k_rms));
+        EXPECT_TRUE(res.verdict()) << res.summary();
       }
       if (r.check != Check::KRule) expect_same(n + " (bitwise P, the same roundings)", r.K, r.P);
     }
@@ -320,6 +355,7 @@ class StepTestbed {
     Check check = Check::KRule;
     std::vector<float> init, P, K;
     std::vector<double> O;
+    std::vector<std::vector<double>> M;  // the ensemble runs (outputs)
     gpu::DeviceBuffer<float> f;
     gpu::DeviceBuffer<T> t;
   };
@@ -361,6 +397,22 @@ class StepTestbed {
     }
     if (r.check != Check::KRule) os << "; bitwise K == P";
     return os.str();
+  }
+
+  // A tensor's start values on the host side: its init values, 0 for an output.
+  std::vector<float> o_start(size_t i) const {
+    const Rec& r = recs_[i];
+    return r.nan ? std::vector<float>(r.init.size(), 0.0f) : r.init;
+  }
+  // Ensemble run k: every OpenMP thread's stream seeded from (label, run, thread),
+  // so a run is reproducible for a fixed OMP_NUM_THREADS.
+  void seed_mca(int k) const {
+    const uint64_t base = std::hash<std::string>{}(label_) ^ 0x5851f42d4c957f2dULL;
+#pragma omp parallel
+    {
+      ref::Mca::seed(base * 0x9e3779b97f4a7c15ULL + uint64_t(k) * 0x100000001b3ULL +
+                     uint64_t(omp_get_thread_num()) + 1);
+    }
   }
 
   // Inputs and in/out tensors from their values, outputs NaN; then the kernel.

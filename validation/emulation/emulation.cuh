@@ -1,8 +1,14 @@
-// scan_emulation.cuh — CPU execution of the unmodified scan kernels, for
-// checking kernel logic (indexing, chunking, carries, barrier placement) on a
-// machine without a GPU. Only compiled by a host compiler with
-// -DMC_SCAN_HOST_EMULATION (scan_common.cuh includes it in place of the
-// <<<>>> launch); never part of the CUDA build.
+// validation/emulation/emulation.cuh — CPU execution of the unmodified scan
+// kernels (kernels/scan/), for checking kernel logic (indexing, chunking,
+// carries, barrier placement) on a machine without a GPU, and for producing the
+// reference bits that the device must reproduce on the routes whose arithmetic is
+// fixed at the source level (ExpMath::Accurate, Chunked, Sequential: test
+// validation/gpu/test_scan_emulation_bits.cpp). Test code: only compiled by a host
+// compiler with -DMC_SCAN_HOST_EMULATION, and FORCE-INCLUDED (-include) into every
+// emulated translation unit by validation/emulation/CMakeLists.txt, ahead of the
+// kernel sources; the launch seam of kernels/scan/seed_common.cuh then uses this
+// file's scan_detail::launch instead of the <<<>>> launch. Never part of the CUDA
+// build, and no product file includes it.
 //
 // Model: a grid runs block after block; the threads of a block are fibers
 // (ucontext) on one OS thread. A fiber runs until __syncthreads() or its end;
@@ -11,13 +17,14 @@
 // thread order or, with emu::set_reverse_order(true) or MC_SCAN_EMU_REVERSE=1 in
 // the environment, descending — a kernel
 // whose results depend on that order has a shared-memory race (a poor man's
-// racecheck). Shared memory is refilled with NaN before every block, so a read
-// of never-written shared memory poisons the result. Not thread-safe; one
-// launch at a time.
+// racecheck; ctest ScanEmulation.ThreadOrderRace). Shared memory is refilled with
+// NaN before every block, so a read of never-written shared memory poisons the
+// result. Not thread-safe; one launch at a time.
 #pragma once
+#define MC_SCAN_EMULATION_LOADED 1
 
 #if !defined(MC_SCAN_HOST_EMULATION) || defined(__CUDACC__)
-#error "scan_emulation.cuh is for host-compiler emulation builds only"
+#error "validation/emulation/emulation.cuh is for host-compiler emulation builds only"
 #endif
 
 #include <cuda_bf16.h>

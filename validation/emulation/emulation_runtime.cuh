@@ -1,31 +1,23 @@
-// scan_emulation_runtime.cuh — host-memory stand-ins for the few CUDA runtime
-// calls test_scan_parity makes, plus gpu_available()/select_device(), so that
-// the unmodified test can run the scan kernels in the CPU emulation of
-// scan_emulation.cuh on a machine without a GPU or driver. Force-included into
-// the test TU only (g++ -include); defines functions, so exactly one TU.
+// validation/emulation/emulation_runtime.cuh — host-memory stand-ins for the few
+// CUDA runtime calls the emulated programs make (test_scan_parity.cpp,
+// scan_bits_dump.cpp), plus gpu_available()/select_device(), so that unmodified
+// host code can run the scan kernels in the CPU emulation of emulation.cuh on a
+// machine without a GPU or driver. Force-included into the program's own
+// translation unit only (-include, validation/emulation/CMakeLists.txt); defines
+// functions, so exactly one TU per program.
 //
 // Every device->host copy is hashed (FNV-1a, printed at exit as EMU_D2H_HASH):
 // running the suite with MC_SCAN_EMU_REVERSE=0 and =1 and getting the same hash
-// shows that no result depends on the order of threads between barriers.
+// shows that no result depends on the order of threads between barriers
+// (ctest ScanEmulation.ThreadOrderRace, thread_order_race.cmake).
 //
-// Build and run (from the repository root; B = a configured CMake build dir
-// that has built mc_check, mc_reference and mc_core):
-//   E="-DMC_SCAN_HOST_EMULATION -I. -I/usr/local/cuda/include"
-//   for f in kernels/scan_{fwd,bwd}_{f32,bf16,f16}.cu kernels/scan_host.cu kernels/scan_reduce.cu; do
-//     g++ -std=c++17 -O2 -Wno-unknown-pragmas $E -x c++ -c $f -o /tmp/$(basename $f).o; done
-//   g++ -std=c++17 -O2 -fopenmp $E -include kernels/scan_emulation_runtime.cuh \
-//     -c validation/gpu/test_scan_parity.cpp -o /tmp/tsp.o
-//   g++ -std=c++17 -O2 $E -c gpu/device_buffer.cpp -o /tmp/db.o
-//   g++ -std=c++17 -O2 $E -c kernels/cuda_check.cpp -o /tmp/cc.o
-//   g++ -o /tmp/scan_emu /tmp/tsp.o /tmp/scan_*.o /tmp/db.o /tmp/cc.o \
-//     $B/check/libmc_check.a $B/reference_cpu/libmc_reference.a $B/core/libmc_core.a \
-//     -lgtest -lgtest_main -fopenmp -lpthread
-//   /tmp/scan_emu --gtest_filter='Cases*'; MC_SCAN_EMU_REVERSE=1 /tmp/scan_emu --gtest_filter='Cases*'
-// (The T = 65536 case skips: the fake cudaMemGetInfo reports 8 GiB free.)
+// Build and run: the CMake targets of validation/emulation (test_scan_emulated,
+// scan_bits_emulated); ctest -L emulation. The T = 65536 case skips: the fake
+// cudaMemGetInfo reports 8 GiB free.
 #pragma once
 
 #if !defined(MC_SCAN_HOST_EMULATION) || defined(__CUDACC__)
-#error "scan_emulation_runtime.cuh is for host-compiler emulation builds only"
+#error "validation/emulation/emulation_runtime.cuh is for host-compiler emulation builds only"
 #endif
 
 #include <cuda_runtime_api.h>
@@ -106,7 +98,7 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return c
 
 namespace mc::gpu {
 bool gpu_available(std::string* reason) {
-  if (reason) *reason = "CPU emulation of the scan kernels (scan_emulation.cuh)";
+  if (reason) *reason = "CPU emulation of the scan kernels (validation/emulation/emulation.cuh)";
   return true;
 }
 void select_device(int) {}

@@ -1,0 +1,200 @@
+// gemm.cpp — the oracle's ordered GEMM (gemm.hpp): cache-blocked, packed, and
+// BITWISE the textbook loop. Blocking only decides which thread computes which
+// output tile and when; the reduction is cut into consecutive p-panels whose
+// partial sums are stored in S and reloaded (exact), never into independent
+// partial sums. So the bits depend on neither OMP_NUM_THREADS nor the block sizes,
+// and the block sizes may be tuned (or chosen per shape) freely. Loop order and
+// packing follow the BLIS/GotoBLAS layering: panels of A and B are packed into
+// contiguous micro-panels so that the MR x NR register tile (acc) streams
+// through L1. Checked by validation/cpu/test_oracle_gemm.cpp (OracleGemm.*).
+#include "reference_cpu/gemm.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "reference_cpu/mca_scalar.hpp"
+#include "reference_cpu/steps.hpp"
+
+namespace mc::ref {
+
+namespace {
+
+bool par(int64_t ops) { return ops >= parallel_min_work(); }
+
+// Register tile (MR x NR accumulators) per scalar for the baseline x86-64
+// ISA (SSE2): 8 vector registers of accumulators for double (4x4) and float
+// (4x8); 4x4 for the Mca scalar, whose speed does not matter (small shapes).
+template <class S>
+struct GemmTile {
+  static constexpr int MR = 4, NR = 4;
+};
+template <>
+struct GemmTile<float> {
+  static constexpr int MR = 4, NR = 8;
+};
+
+template <class S>
+S at(const GemmOperand<S>& op, int64_t i, int64_t p) {
+  return op.base[i * op.si + p * op.sp];
+}
+
+// acc[MR][NR] (loaded from c) += Σ_{p < kc, ascending} a[p][0..MR) ⊗ b[p][0..NR),
+// then the mr x nr valid part is stored back to c (row stride ldc).
+// ap: [kc][MR] packed A micro-panel; bp: [kc][NR] packed B micro-panel.
+template <class S, int MR, int NR>
+void gemm_micro_tile(int64_t kc, const S* __restrict ap, const S* __restrict bp, S* __restrict c,
+                     int64_t ldc, int mr, int nr) {
+  S acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = (i < mr && j < nr) ? c[i * ldc + j] : S(0);
+  for (int64_t p = 0; p < kc; ++p) {
+    const S* a = ap + p * MR;
+    const S* b = bp + p * NR;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];
+    }
+  }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+// Packs rows [i0, i0+mc) x p in [p0, p0+kc) of op into [ceil(mc/R)][kc][R]
+// micro-panels (rows past mc padded with 0; their results are never stored).
+template <class S, int R>
+void gemm_pack(const GemmOperand<S>& op, int64_t i0, int64_t mc, int64_t p0, int64_t kc, S* dst) {
+  for (int64_t ir = 0; ir < mc; ir += R)
+    for (int64_t p = 0; p < kc; ++p)
+      for (int i = 0; i < R; ++i) *dst++ = (ir + i < mc) ? at(op, i0 + ir + i, p0 + p) : S(0);
+}
+
+template <class S>
+using MicroTileFn = void (*)(int64_t, const S*, const S*, S*, int64_t, int, int);
+
+// Parallel over independent output tiles; each tile is seeded by its thread.
+template <class S, int MR, int NR>
+void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
+                        const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc,
+                        MicroTileFn<S> micro) {
+  constexpr int64_t KC = 256;  // p-panel: MC x KC of A (512 KB double) stays in L2
+  // Output tiles MC x NC; halved (bits unaffected) until there are enough
+  // tiles to keep every thread busy on thin shapes.
+  int64_t MC = 256, NC = 512;
+  const int64_t want = 4 * int64_t(omp_get_max_threads());
+  auto tiles = [&] { return ((I + MC - 1) / MC) * ((J + NC - 1) / NC); };
+  while (tiles() < want && (MC > 4 * MR || NC > 4 * NR)) {
+    if (NC > 4 * NR && (NC >= MC || MC <= 4 * MR)) NC /= 2; else MC /= 2;
+  }
+  const int64_t ni = (I + MC - 1) / MC, nj = (J + NC - 1) / NC;
+#pragma omp parallel if (par(I * J * P))
+  {
+    std::vector<S> Ap(size_t(((MC + MR - 1) / MR) * MR * KC));
+    std::vector<S> Bp(size_t(((NC + NR - 1) / NR) * NR * KC));
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < ni * nj; ++tile) {
+      const int64_t i0 = (tile / nj) * MC, j0 = (tile % nj) * NC;
+      const int64_t mc = std::min(MC, I - i0), nc = std::min(NC, J - j0);
+      for (int64_t i = i0; i < i0 + mc; ++i)
+        for (int64_t j = j0; j < j0 + nc; ++j) C[i * ldc + j] = seed ? seed[j] : S(0);
+      for (int64_t p0 = 0; p0 < P; p0 += KC) {  // ascending p-panels: the order of the sum
+        const int64_t kc = std::min(KC, P - p0);
+        gemm_pack<S, MR>(A, i0, mc, p0, kc, Ap.data());
+        gemm_pack<S, NR>(B, j0, nc, p0, kc, Bp.data());
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          for (int64_t ir = 0; ir < mc; ir += MR)
+            micro(kc, Ap.data() + (ir / MR) * kc * MR, Bp.data() + (jr / NR) * kc * NR,
+                  C + (i0 + ir) * ldc + j0 + jr, ldc, int(std::min<int64_t>(MR, mc - ir)),
+                  int(std::min<int64_t>(NR, nc - jr)));
+      }
+    }
+  }
+}
+
+// The same micro tile compiled for AVX2 (twice the vector width, so a 4x8
+// double / 4x16 float tile). AVX2 has no fused multiply-add (FMA is a separate
+// ISA extension that is NOT enabled here), so the operations and their order,
+// hence the bits, equal the baseline path's.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MC_ORACLE_GEMM_AVX2 1
+__attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const double* ap,
+                                                     const double* bp, double* c, int64_t ldc,
+                                                     int mr, int nr) {
+  gemm_micro_tile<double, 4, 8>(kc, ap, bp, c, ldc, mr, nr);
+}
+__attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const float* ap,
+                                                     const float* bp, float* c, int64_t ldc,
+                                                     int mr, int nr) {
+  gemm_micro_tile<float, 4, 16>(kc, ap, bp, c, ldc, mr, nr);
+}
+#endif
+
+bool cpu_has_avx2() {
+#ifdef MC_ORACLE_GEMM_AVX2
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return v;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool gemm_avx2_available() { return cpu_has_avx2(); }
+
+GemmPath gemm_auto_path() {
+  static const GemmPath p = [] {
+    const char* e = std::getenv("MC_ORACLE_GEMM");
+    if (e && std::string(e) == "baseline") return GemmPath::Baseline;
+    return cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline;
+  }();
+  return p;
+}
+
+const char* to_string(GemmPath p) {
+  switch (p) {
+    case GemmPath::Auto: return "auto";
+    case GemmPath::Baseline: return "baseline";
+    case GemmPath::Avx2: return "avx2";
+  }
+  return "?";
+}
+
+template <class S>
+void ordered_gemm(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
+                  const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc, GemmPath path) {
+  if (path == GemmPath::Auto) path = gemm_auto_path();
+  if (path == GemmPath::Avx2) {
+    if (!cpu_has_avx2())
+      throw std::runtime_error("ordered_gemm: the AVX2 path was asked for on a CPU without AVX2");
+#ifdef MC_ORACLE_GEMM_AVX2
+    if constexpr (std::is_same_v<S, double>)
+      return ordered_gemm_tiles<S, 4, 8>(I, J, P, A, B, seed, C, ldc, micro_tile_avx2);
+    else if constexpr (std::is_same_v<S, float>)
+      return ordered_gemm_tiles<S, 4, 16>(I, J, P, A, B, seed, C, ldc, micro_tile_avx2);
+#endif
+    // other scalars (Mca) have no vector path: the baseline tile below
+  }
+  constexpr int MR = GemmTile<S>::MR, NR = GemmTile<S>::NR;
+  ordered_gemm_tiles<S, MR, NR>(I, J, P, A, B, seed, C, ldc, gemm_micro_tile<S, MR, NR>);
+}
+
+template void ordered_gemm<float>(int64_t, int64_t, int64_t, const GemmOperand<float>&,
+                                  const GemmOperand<float>&, const float*, float*, int64_t,
+                                  GemmPath);
+template void ordered_gemm<double>(int64_t, int64_t, int64_t, const GemmOperand<double>&,
+                                   const GemmOperand<double>&, const double*, double*, int64_t,
+                                   GemmPath);
+template void ordered_gemm<Mca>(int64_t, int64_t, int64_t, const GemmOperand<Mca>&,
+                                const GemmOperand<Mca>&, const Mca*, Mca*, int64_t, GemmPath);
+
+}  // namespace mc::ref

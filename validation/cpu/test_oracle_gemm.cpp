@@ -1,0 +1,205 @@
+// ctest-labels: cpu
+// test_oracle_gemm.cpp — the oracle's blocked GEMM (reference_cpu/gemm.hpp) is
+// BITWISE the textbook loop
+//     c = seed ? seed[j] : 0;  for p ascending: c += A(i,p)·B(j,p)
+// on odd shapes (I past the 256-row tile, J past the 512-column tile, P past the
+// 256-wide p-panel, and 1-wide edges), for float and double, on BOTH paths (the
+// baseline x86-64 micro-kernel and the AVX2 one; the AVX2 tests skip, with the
+// reason, on a CPU without AVX2), with the strided operands of all three Linear
+// roles, with every parallel region forced on and off, and through the Linear
+// steps themselves (linear_fwd, linear_bwd_dx, linear_bwd_dw of steps.hpp, whose
+// comments state the summation order). A control shows the comparison is not
+// vacuous: the same loop summing in descending p gives different bits.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check/problem.hpp"
+#include "reference_cpu/gemm.hpp"
+#include "reference_cpu/steps.hpp"
+
+namespace mc::testing {
+namespace {
+
+using ref::GemmOperand;
+using ref::GemmPath;
+
+struct Shape {
+  int64_t I, J, P;
+};
+// I past MC = 256, J past NC = 512, P past KC = 256 (and 2·KC), 1-wide edges.
+const Shape kShapes[] = {{1, 1, 1},   {1, 7, 300},  {5, 1, 257},    {17, 33, 255},
+                         {17, 33, 256}, {23, 9, 257}, {260, 19, 513}, {3, 517, 29},
+                         {37, 41, 700}};
+
+template <class S>
+std::vector<S> random_values(int64_t n, uint64_t seed) {
+  check::SplitMix64 r(seed);
+  std::vector<S> v(static_cast<size_t>(n));
+  for (auto& x : v) x = S(float(r.uniform(-1.0, 1.0)));  // f32-exact in both scalars
+  return v;
+}
+
+// The textbook loop over the strided operands; `descending` is the control.
+template <class S>
+std::vector<S> naive(const Shape& s, const GemmOperand<S>& A, const GemmOperand<S>& B,
+                     const S* seed, bool descending = false) {
+  std::vector<S> C(size_t(s.I * s.J));
+  for (int64_t i = 0; i < s.I; ++i)
+    for (int64_t j = 0; j < s.J; ++j) {
+      S c = seed ? seed[j] : S(0);
+      for (int64_t q = 0; q < s.P; ++q) {
+        const int64_t p = descending ? s.P - 1 - q : q;
+        c += A.base[i * A.si + p * A.sp] * B.base[j * B.si + p * B.sp];
+      }
+      C[size_t(i * s.J + j)] = c;
+    }
+  return C;
+}
+
+template <class S>
+bool same_bits(const std::vector<S>& a, const std::vector<S>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0;
+}
+
+template <class S>
+int64_t first_difference(const std::vector<S>& a, const std::vector<S>& b) {
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(S)) != 0) return int64_t(i);
+  return a.size() == b.size() ? -1 : int64_t(std::min(a.size(), b.size()));
+}
+
+// Restores the thread count and the parallel threshold.
+class OracleGemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_ = omp_get_max_threads();
+    min_work_ = ref::parallel_min_work();
+  }
+  void TearDown() override {
+    omp_set_num_threads(threads_);
+    ref::set_parallel_min_work(min_work_);
+  }
+  int threads_ = 1;
+  int64_t min_work_ = 0;
+};
+
+// Every shape, the three operand layouts of the Linear roles, with and without
+// a seed, every region forced parallel (2 threads) and serial.
+template <class S>
+void check_path(GemmPath path) {
+  int checked = 0;
+  for (const Shape& s : kShapes) {
+    const auto a = random_values<S>(s.I * s.P, 1 + s.I * 7 + s.P);
+    const auto b = random_values<S>(s.J * s.P, 2 + s.J * 5 + s.P);
+    const auto seed = random_values<S>(s.J, 3 + s.J);
+    struct Layout {
+      const char* name;
+      GemmOperand<S> A, B;
+    };
+    // row-major A [I, P] and B [P, J] (linear_fwd), B [J, P] (linear_bwd_dx),
+    // A [P, I] and B [P, J] (linear_bwd_dw: both read down their columns).
+    const Layout layouts[] = {{"fwd", {a.data(), s.P, 1}, {b.data(), 1, s.J}},
+                              {"bwd_dx", {a.data(), s.P, 1}, {b.data(), s.P, 1}},
+                              {"bwd_dw", {a.data(), 1, s.I}, {b.data(), 1, s.J}}};
+    for (const Layout& l : layouts)
+      for (const S* sd : {static_cast<const S*>(nullptr), seed.data()})
+        for (int64_t min_work : {int64_t(0), int64_t(1) << 62}) {
+          ref::set_parallel_min_work(min_work);
+          omp_set_num_threads(2);
+          const std::vector<S> want = naive<S>(s, l.A, l.B, sd);
+          std::vector<S> got(size_t(s.I * s.J), S(-7));
+          ref::ordered_gemm<S>(s.I, s.J, s.P, l.A, l.B, sd, got.data(), s.J, path);
+          EXPECT_TRUE(same_bits(got, want))
+              << ref::to_string(path) << " " << sizeof(S) * 8 << "-bit " << l.name << " I=" << s.I
+              << " J=" << s.J << " P=" << s.P << (sd ? " seeded" : "") << " parallel="
+              << (min_work == 0) << ": first difference at " << first_difference(got, want);
+          ++checked;
+        }
+  }
+  EXPECT_EQ(checked, int(std::size(kShapes)) * 3 * 2 * 2);
+}
+
+TEST_F(OracleGemm, BaselinePathIsTheTextbookLoopFloat) { check_path<float>(GemmPath::Baseline); }
+TEST_F(OracleGemm, BaselinePathIsTheTextbookLoopDouble) { check_path<double>(GemmPath::Baseline); }
+
+TEST_F(OracleGemm, Avx2PathIsTheTextbookLoopFloat) {
+  if (!ref::gemm_avx2_available()) GTEST_SKIP() << "this CPU has no AVX2: only the baseline path";
+  check_path<float>(GemmPath::Avx2);
+}
+TEST_F(OracleGemm, Avx2PathIsTheTextbookLoopDouble) {
+  if (!ref::gemm_avx2_available()) GTEST_SKIP() << "this CPU has no AVX2: only the baseline path";
+  check_path<double>(GemmPath::Avx2);
+}
+
+// The Linear steps (whatever path Auto picks here) against their documented loops.
+template <class S>
+void check_linear_steps() {
+  for (const Shape& s : kShapes) {
+    const int64_t M = s.I, N = s.J, K = s.P;
+    const auto X = random_values<S>(M * K, 11 + M), W = random_values<S>(K * N, 12 + N),
+               bias = random_values<S>(N, 13 + N), dY = random_values<S>(M * N, 14 + M),
+               dW0 = random_values<S>(K * N, 15 + K);
+    std::vector<S> Y(size_t(M * N)), dX(size_t(M * K)), dW = dW0;
+    ref::linear_fwd<S>(X.data(), W.data(), bias.data(), M, K, N, Y.data());
+    ref::linear_bwd_dx<S>(dY.data(), W.data(), M, K, N, dX.data());
+    ref::linear_bwd_dw<S>(X.data(), dY.data(), M, K, N, dW.data());
+    std::vector<S> Yn(Y.size()), dXn(dX.size()), dWn = dW0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {  // Y[m,n] = b[n] + Σ_k X[m,k]·W[k,n]
+        S c = bias[size_t(n)];
+        for (int64_t k = 0; k < K; ++k) c += X[size_t(m * K + k)] * W[size_t(k * N + n)];
+        Yn[size_t(m * N + n)] = c;
+      }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {  // dX[m,k] = Σ_n dY[m,n]·W[k,n]
+        S c = S(0);
+        for (int64_t n = 0; n < N; ++n) c += dY[size_t(m * N + n)] * W[size_t(k * N + n)];
+        dXn[size_t(m * K + k)] = c;
+      }
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) {  // dW[k,n] += Σ_m X[m,k]·dY[m,n] (summed from 0)
+        S c = S(0);
+        for (int64_t m = 0; m < M; ++m) c += X[size_t(m * K + k)] * dY[size_t(m * N + n)];
+        dWn[size_t(k * N + n)] += c;
+      }
+    const std::string ctx = std::to_string(sizeof(S) * 8) + "-bit M=" + std::to_string(M) +
+                            " K=" + std::to_string(K) + " N=" + std::to_string(N) + " path " +
+                            ref::to_string(ref::gemm_auto_path());
+    EXPECT_TRUE(same_bits(Y, Yn)) << "linear_fwd " << ctx << " @" << first_difference(Y, Yn);
+    EXPECT_TRUE(same_bits(dX, dXn)) << "linear_bwd_dx " << ctx << " @" << first_difference(dX, dXn);
+    EXPECT_TRUE(same_bits(dW, dWn)) << "linear_bwd_dw " << ctx << " @" << first_difference(dW, dWn);
+  }
+}
+
+TEST_F(OracleGemm, LinearStepsAreTheirDocumentedLoops) {
+  check_linear_steps<float>();
+  check_linear_steps<double>();
+}
+
+// Control: the comparison can tell summation orders apart on these data.
+TEST_F(OracleGemm, ControlReorderedSumIsDetected) {
+  const Shape s{23, 9, 257};
+  const auto a = random_values<float>(s.I * s.P, 101), b = random_values<float>(s.J * s.P, 102);
+  const GemmOperand<float> A{a.data(), s.P, 1}, B{b.data(), s.P, 1};
+  std::vector<float> got(size_t(s.I * s.J));
+  ref::ordered_gemm<float>(s.I, s.J, s.P, A, B, nullptr, got.data(), s.J, GemmPath::Baseline);
+  EXPECT_TRUE(same_bits(got, naive<float>(s, A, B, nullptr)));
+  EXPECT_FALSE(same_bits(got, naive<float>(s, A, B, nullptr, /*descending=*/true)))
+      << "a descending-order sum gave the same bits: the bitwise test would be vacuous";
+}
+
+TEST_F(OracleGemm, Avx2PathRefusedWhereAbsent) {
+  if (ref::gemm_avx2_available()) GTEST_SKIP() << "this CPU has AVX2: nothing to refuse";
+  float x = 0;
+  EXPECT_THROW(ref::ordered_gemm<float>(1, 1, 1, {&x, 1, 1}, {&x, 1, 1}, nullptr, &x, 1,
+                                        GemmPath::Avx2),
+               std::runtime_error);
+}
+
+}  // namespace
+}  // namespace mc::testing
