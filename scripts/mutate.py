@@ -417,7 +417,7 @@ def cmd_emulate(a):
         else:
             r = subprocess.run([exes["test_scan_emulated"], "--gtest_brief=1", "--gtest_filter=" + a.filter],
                                capture_output=True, text=True, timeout=1200)
-            failed = FAILED.findall(r.stdout)
+            failed = list(dict.fromkeys(FAILED.findall(r.stdout)))
             if r.returncode != 0:
                 e["prediction"] = "killed"
                 e["how"] = "scan parity (emulated): " + (", ".join(failed[:3]) or f"exit {r.returncode}")
@@ -442,7 +442,7 @@ def filecmp_same(a, b):
 
 
 # -------------------------------------------------------------------------------- run
-FAILED = re.compile(r"^\[  FAILED  \] (\S+)", re.M)
+FAILED = re.compile(r"^\[  FAILED  \] ([^\s,]+)", re.M)
 SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+)", re.M)
 PASSED = re.compile(r"^\[  PASSED  \] (\d+) test", re.M)
 
@@ -475,7 +475,7 @@ def run_suite(slot, suite, logs, tag, threads, timeouts, deadline=None):
         with open(logf, errors="replace") as lf:
             text = lf.read()
         r = {"name": c["name"], "rc": rc, "seconds": round(time.time() - t0, 1), "timed_out": timed_out,
-             "failed_tests": FAILED.findall(text)[:5], "skipped": len(SKIPPED.findall(text)),
+             "failed_tests": list(dict.fromkeys(FAILED.findall(text)))[:5], "skipped": len(SKIPPED.findall(text)),
              "passed": sum(int(x) for x in PASSED.findall(text))}
         results.append(r)
         if timed_out or rc != 0:
