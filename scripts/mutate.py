@@ -7,15 +7,18 @@ build (a machine with nvcc, no GPU needed):
   kernel translation units that include a patched file (from the build's
   depfiles; a patch's "# tus:" line narrows that set), with the build's own nvcc
   command lines and the scratch tree first on the include path, and relink
-  libmc_kernels.so from the build's own link line with those objects swapped in.
-  The result is staged for a GPU machine: <out>/stage (scripts/stage_build.sh of
-  the build, with the emulation dump of the device-vs-emulation test),
-  <out>/mutants.tar.xz (every mutant library: nearly identical files, so one
-  solid xz archive holds them in a few MiB), <out>/manifest.json,
-  <out>/patches/ and <out>/suite.json (the fast GPU suite).
+  libmc_kernels.so from the build's own link line with those objects swapped in
+  (here once, to prove it links). The result is staged for a GPU machine:
+  <out>/stage (scripts/stage_build.sh of the build, with the emulation dump of the
+  device-vs-emulation test), <out>/objects.tar.xz (the build's kernel objects and
+  libmc_core.a, and each mutant's recompiled objects: relinking there is what
+  keeps the carry small — 39 linked libraries differ in scattered bytes and do not
+  compress), <out>/manifest.json (with the link recipe), <out>/patches/ and
+  <out>/suite.json (the fast GPU suite).
 
-run (the GPU machine; python3 and tar, nothing else):
-  Unpacks the libraries, makes one hard-linked copy of the stage per job, runs the
+run (the GPU machine; python3, tar and the C++ driver that links the library):
+  Unpacks the objects, links the control's and each mutant's libmc_kernels.so with
+  the build's link line, makes one hard-linked copy of the stage per job, runs the
   fast suite on the CONTROL first (it must pass, and must not skip: a machine
   without a GPU proves nothing), then every mutant, several at a time, each in
   its own copy with its libmc_kernels.so swapped in. A mutant is killed when a
@@ -136,35 +139,75 @@ def run(cmd, cwd=None, env=None):
     return r
 
 
-def build_one(m, units, link, work, out_so, jobs, ccache):
-    """Compile the affected TUs of mutant m (None: control) and link its library."""
+def link_recipe(units, link):
+    """The build's link line of libmc_kernels.so with placeholders: @OBJ:<rel> for each kernel
+    object, @CORE for libmc_core.a, @OUT for the output; everything else as it is."""
+    argv, lcwd = link
+    by_obj = {u["obj"]: u["rel"] for u in units}
+    recipe, core = [], None
+    for i, x in enumerate(argv):
+        p = os.path.normpath(os.path.join(lcwd, x))
+        if i > 0 and argv[i - 1] == "-o":
+            recipe.append("@OUT")
+        elif x.endswith(".o") and p in by_obj:
+            recipe.append("@OBJ:" + by_obj[p])
+        elif os.path.basename(x) == "libmc_core.a":
+            recipe.append("@CORE")
+            core = p
+        else:
+            recipe.append(x)
+    missing = set(by_obj.values()) - {x[5:] for x in recipe if x.startswith("@OBJ:")}
+    if missing or core is None:
+        raise SystemExit(f"link line of libmc_kernels.so: cannot map {sorted(missing)} / libmc_core.a")
+    return recipe, core
+
+
+def link_library(recipe, objs_dir, overlay_dir, core, out, compiler=None):
+    """Links libmc_kernels.so from the base objects, the mutant's objects overriding them."""
+    argv = []
+    for x in recipe:
+        if x == "@OUT":
+            argv.append(out)
+        elif x == "@CORE":
+            argv.append(core)
+        elif x.startswith("@OBJ:"):
+            rel = x[5:] + ".o"
+            mine = os.path.join(overlay_dir, rel) if overlay_dir else None
+            argv.append(mine if mine and os.path.exists(mine) else os.path.join(objs_dir, rel))
+        else:
+            argv.append(x)
+    if compiler:
+        argv[0] = compiler
+    run(argv)
+
+
+def build_one(m, units, work, jobs, ccache):
+    """Compiles the affected TUs of mutant m into <work>/<id>/obj/<rel>.o; returns the info."""
     t0 = time.time()
-    wdir = os.path.join(work, m["id"] if m else "control")
+    wdir = os.path.join(work, m["id"])
     shutil.rmtree(wdir, ignore_errors=True)
     src_root = os.path.join(wdir, "src")
     os.makedirs(src_root)
     touched = []
-    if m:
-        for rel in m["files"]:
-            dst = os.path.join(src_root, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(os.path.join(ROOT, rel), dst)
-            touched.append(os.path.realpath(os.path.join(ROOT, rel)))
-        with open(os.path.join(ROOT, "validation", "mutants", m["patch"])) as f:
-            r = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d", src_root],
-                               stdin=f, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"{m['patch']} does not apply: {r.stdout}{r.stderr}")
+    for rel in m["files"]:
+        dst = os.path.join(src_root, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, rel), dst)
+        touched.append(os.path.realpath(os.path.join(ROOT, rel)))
+    with open(os.path.join(ROOT, "validation", "mutants", m["patch"])) as f:
+        r = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d", src_root],
+                           stdin=f, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{m['patch']} does not apply: {r.stdout}{r.stderr}")
     affected = [u for u in units if any(t in u["deps"] for t in touched)]
-    if m and m["tus"]:
+    if m["tus"]:
         want = set(m["tus"])
         affected = [u for u in affected if u["rel"] in want]
         missing = want - {u["rel"] for u in affected}
         if missing:
             raise RuntimeError(f"{m['id']}: '# tus:' names {sorted(missing)}, which do not include a patched file")
-    if m and not affected:
+    if not affected:
         raise RuntimeError(f"{m['id']}: no kernel translation unit includes {m['files']}")
-    objs = {}
 
     def compile_unit(u):
         argv = list(u["argv"])
@@ -178,23 +221,11 @@ def build_one(m, units, link, work, out_so, jobs, ccache):
         if ccache:
             argv = [ccache] + argv
         run(argv, cwd=u["cwd"])
-        return u["obj"], obj
 
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        for old, new in ex.map(compile_unit, affected):
-            objs[old] = new
-    argv, lcwd = link
-    new_argv = []
-    for i, a in enumerate(argv):
-        p = os.path.normpath(os.path.join(lcwd, a))
-        if a.endswith(".o") and p in objs:
-            new_argv.append(objs[p])
-        elif i > 0 and argv[i - 1] == "-o":
-            new_argv.append(out_so)
-        else:
-            new_argv.append(a)
-    run(new_argv, cwd=lcwd)
-    return {"seconds": round(time.time() - t0, 1), "units": [u["rel"] for u in affected]}
+        list(ex.map(compile_unit, affected))
+    return {"seconds": round(time.time() - t0, 1), "units": [u["rel"] for u in affected],
+            "obj_dir": os.path.join(wdir, "obj")}
 
 
 def cmd_build(a):
@@ -211,11 +242,14 @@ def cmd_build(a):
     log("mutate build: writing the emulation dump of the device-vs-emulation test")
     run([os.path.join(build, "validation", "scan_bits_emulated"), "--out", dump])
     os.makedirs(out, exist_ok=True)
-    for sub in ("stage", "patches", "so", "slots", "results"):
+    for sub in ("stage", "patches", "so", "objs", "slots", "results", "libs"):
         shutil.rmtree(os.path.join(out, sub), ignore_errors=True)
+    for f in ("mutants.tar.xz", "objects.tar.xz"):
+        if os.path.exists(os.path.join(out, f)):
+            os.remove(os.path.join(out, f))
     run([os.path.join(ROOT, "scripts", "stage_build.sh"), build, os.path.join(out, "stage")])
     # Only what the fast suite runs: its programs and the emulation dump (the
-    # library itself comes from the archive, control or mutant, per slot).
+    # library itself is linked per slot from the objects, control or mutant).
     keep = {os.path.basename(c["exe"]) for c in suite["commands"]} | {"scan_emulation_bits.bin"}
     stage = os.path.join(out, "stage")
     for sub in ("bench", "cli", "reports", "Testing"):
@@ -231,50 +265,69 @@ def cmd_build(a):
             os.remove(path)
     os.remove(os.path.join(stage, "kernels", "libmc_kernels.so"))
     units = kernel_units(build)
-    link = link_line(build)
-    work = os.path.join(build, "mutant-work")
-    so_dir = os.path.join(out, "so")
-    os.makedirs(so_dir)
+    recipe, core = link_recipe(units, link_line(build))
+    # The base: the build's own kernel objects and libmc_core.a (the control links these).
+    objs = os.path.join(out, "objs")
+    for u in units:
+        dst = os.path.join(objs, "base", u["rel"] + ".o")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(u["obj"], dst)
+    shutil.copy2(core, os.path.join(objs, "libmc_core.a"))
     os.makedirs(os.path.join(out, "patches"))
+    work = os.path.join(build, "mutant-work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     ccache = shutil.which("ccache") if os.environ.get("CCACHE_DIR") else None
-    manifest = {"schema": SCHEMA + "-manifest", "git_sha": git_sha(), "mutants": []}
-    log("mutate build: control (unmutated objects, relinked)")
-    manifest["control"] = build_one(None, units, link, work, os.path.join(so_dir, "control.so"),
-                                    a.jobs, ccache)
+    manifest = {"schema": SCHEMA + "-manifest", "git_sha": git_sha(), "link": recipe,
+                "mutants": []}
+    # Every library is linked here once too (and thrown away): what the GPU machine
+    # links from the same objects is proven to link.
+    t0 = time.time()
+    link_library(recipe, os.path.join(objs, "base"), None, os.path.join(objs, "libmc_core.a"),
+                 os.path.join(work, "control.so"))
+    manifest["control"] = {"seconds": round(time.time() - t0, 1), "units": []}
+    log(f"mutate build: control = the build's objects, linked in {manifest['control']['seconds']} s")
     failed = []
     for m in mutants:
         try:
-            info = build_one(m, units, link, work, os.path.join(so_dir, m["id"] + ".so"), a.jobs, ccache)
+            info = build_one(m, units, work, a.jobs, ccache)
+            t1 = time.time()
+            link_library(recipe, os.path.join(objs, "base"), info["obj_dir"],
+                         os.path.join(objs, "libmc_core.a"), os.path.join(work, m["id"] + ".so"))
+            os.remove(os.path.join(work, m["id"] + ".so"))
+            info["seconds"] = round(info["seconds"] + time.time() - t1, 1)
         except RuntimeError as e:
             failed.append((m["id"], str(e)))
             log(f"  {m['id']}: BUILD FAILED\n{e}")
             continue
+        for rel in info["units"]:
+            dst = os.path.join(objs, m["id"], rel + ".o")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(os.path.join(info["obj_dir"], rel + ".o"), dst)
         shutil.copy2(os.path.join(ROOT, "validation", "mutants", m["patch"]), os.path.join(out, "patches"))
         entry = {k: m[k] for k in ("id", "family", "kind", "what", "expect", "equivalent", "files", "patch")}
-        entry.update(info)
+        entry.update({"seconds": info["seconds"], "units": info["units"]})
         manifest["mutants"].append(entry)
         log(f"  {m['id']:40s} {info['seconds']:6.1f} s  {len(info['units'])} unit(s)")
+        shutil.rmtree(os.path.join(work, m["id"]), ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
-    log("mutate build: packing the libraries (one solid xz archive)")
-    arch = os.path.join(out, "mutants.tar.xz")
-    names = sorted(os.listdir(so_dir))
+    log("mutate build: packing the objects (one solid xz archive)")
+    arch = os.path.join(out, "objects.tar.xz")
     if shutil.which("xz"):
-        tar = subprocess.Popen(["tar", "-C", so_dir, "-cf", "-"] + names, stdout=subprocess.PIPE)
+        tar = subprocess.Popen(["tar", "-C", objs, "-cf", "-", "."], stdout=subprocess.PIPE)
         with open(arch, "wb") as f:
-            subprocess.run(["xz", "-6", "-T1", "--lzma2=preset=6,dict=192MiB", "-c"], stdin=tar.stdout,
-                           stdout=f, check=True)
+            subprocess.run(["xz", "-6", "-T2", "-c"], stdin=tar.stdout, stdout=f, check=True)
         tar.wait()
     else:
         with tarfile.open(arch, "w:xz", preset=6) as t:
-            for n in names:
-                t.add(os.path.join(so_dir, n), arcname=n)
-    shutil.rmtree(so_dir)
+            t.add(objs, arcname=".")
+    shutil.rmtree(objs)
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     shutil.copy2(os.path.join(ROOT, "validation", "mutants", "suite.json"), os.path.join(out, "suite.json"))
     size = sum(os.path.getsize(os.path.join(dp, fn)) for dp, _, fns in os.walk(out) for fn in fns)
     log(f"mutate build: {len(manifest['mutants'])} mutants + control in {out} "
-        f"({size / 2**20:.1f} MiB; archive {os.path.getsize(arch) / 2**20:.1f} MiB)")
+        f"({size / 2**20:.1f} MiB; objects {os.path.getsize(arch) / 2**20:.1f} MiB)")
     if size > 60 * 2**20:
         log("mutate build: WARNING: more than 60 MiB, over what a carry may hold")
     if failed:
@@ -364,7 +417,7 @@ def cmd_emulate(a):
         else:
             r = subprocess.run([exes["test_scan_emulated"], "--gtest_brief=1", "--gtest_filter=" + a.filter],
                                capture_output=True, text=True, timeout=1200)
-            failed = FAILED.findall(r.stdout)
+            failed = list(dict.fromkeys(FAILED.findall(r.stdout)))
             if r.returncode != 0:
                 e["prediction"] = "killed"
                 e["how"] = "scan parity (emulated): " + (", ".join(failed[:3]) or f"exit {r.returncode}")
@@ -389,7 +442,7 @@ def filecmp_same(a, b):
 
 
 # -------------------------------------------------------------------------------- run
-FAILED = re.compile(r"^\[  FAILED  \] (\S+)", re.M)
+FAILED = re.compile(r"^\[  FAILED  \] ([^\s,]+)", re.M)
 SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+)", re.M)
 PASSED = re.compile(r"^\[  PASSED  \] (\d+) test", re.M)
 
@@ -422,7 +475,7 @@ def run_suite(slot, suite, logs, tag, threads, timeouts, deadline=None):
         with open(logf, errors="replace") as lf:
             text = lf.read()
         r = {"name": c["name"], "rc": rc, "seconds": round(time.time() - t0, 1), "timed_out": timed_out,
-             "failed_tests": FAILED.findall(text)[:5], "skipped": len(SKIPPED.findall(text)),
+             "failed_tests": list(dict.fromkeys(FAILED.findall(text)))[:5], "skipped": len(SKIPPED.findall(text)),
              "passed": sum(int(x) for x in PASSED.findall(text))}
         results.append(r)
         if timed_out or rc != 0:
@@ -441,17 +494,27 @@ def verdict_of(results):
 
 
 def unpack(d):
-    so = os.path.join(d, "so")
-    if os.path.isdir(so) and os.listdir(so):
-        return so
-    os.makedirs(so, exist_ok=True)
-    arch = os.path.join(d, "mutants.tar.xz")
+    objs = os.path.join(d, "objs")
+    if os.path.isdir(os.path.join(objs, "base")):
+        return objs
+    os.makedirs(objs, exist_ok=True)
+    arch = os.path.join(d, "objects.tar.xz")
     if shutil.which("xz") and shutil.which("tar"):
-        subprocess.run(["tar", "-C", so, "-xJf", arch], check=True)
+        subprocess.run(["tar", "-C", objs, "-xJf", arch], check=True)
     else:
         with tarfile.open(arch, "r:xz") as t:
-            t.extractall(so)
-    return so
+            t.extractall(objs)
+    return objs
+
+
+def linker(recipe):
+    """The build's compiler driver if this machine has it, else c++ / g++ from PATH."""
+    if os.path.exists(recipe[0]):
+        return recipe[0]
+    for c in ("c++", "g++"):
+        if shutil.which(c):
+            return shutil.which(c)
+    raise SystemExit("mutate run: no C++ compiler driver to link libmc_kernels.so with")
 
 
 def make_slot(stage, slot, lib):
@@ -495,7 +558,20 @@ def cmd_run(a):
         if unknown:
             raise SystemExit(f"--only names mutants the manifest does not have: {sorted(unknown)}")
         manifest["mutants"] = [m for m in manifest["mutants"] if m["id"] in want]
-    so = unpack(d)
+    objs = unpack(d)
+    recipe = manifest["link"]
+    cxx = linker(recipe)
+    libs = os.path.join(d, "libs")
+    os.makedirs(libs, exist_ok=True)
+    core = os.path.join(objs, "libmc_core.a")
+
+    def lib_of(mid):
+        """libmc_kernels.so of the control (None) or of mutant `mid`, linked here."""
+        out_so = os.path.join(libs, (mid or "control") + ".so")
+        link_library(recipe, os.path.join(objs, "base"), os.path.join(objs, mid) if mid else None,
+                     core, out_so, cxx)
+        return out_so
+
     stage = os.path.join(d, "stage")
     jobs = a.jobs
     threads = max(1, (os.cpu_count() or 2) // max(1, jobs))
@@ -513,7 +589,17 @@ def cmd_run(a):
 
     # ---- the control first
     slot0 = os.path.join(d, "slots", "0")
-    make_slot(stage, slot0, os.path.join(so, "control.so"))
+    try:
+        control_so = lib_of(None)
+    except RuntimeError as e:
+        out["control"] = {"pass": False, "why": f"linking libmc_kernels.so failed: {e}"}
+        out["mutants"], out["summary"] = [], {"total": len(manifest["mutants"]), "killed": 0,
+                                              "survived": 0, "not_run": len(manifest["mutants"]),
+                                              "kill_rate": None}
+        write()
+        log(f"mutate run: {out['control']['why']}")
+        return 1
+    make_slot(stage, slot0, control_so)
     ok, res = run_suite(slot0, suite, logs, "control", threads * jobs if a.control_all_threads else threads,
                         {}, deadline)
     skipped = sum(r["skipped"] for r in res)
@@ -542,7 +628,7 @@ def cmd_run(a):
     for i in range(jobs):
         slot = os.path.join(d, "slots", str(i))
         if i:
-            make_slot(stage, slot, os.path.join(so, "control.so"))
+            make_slot(stage, slot, control_so)
         free.put(slot)
     entries = []
     lock = threading.Lock()
@@ -552,12 +638,18 @@ def cmd_run(a):
         if time.time() + min(ctrl_total, 20) > deadline:
             e.update(status="not_run", why="time budget")
             return e
+        try:
+            lib = lib_of(m["id"])
+        except RuntimeError as err:
+            e.update(status="error", why=f"link failed: {str(err)[:300]}")
+            return e
         slot = free.get()
         try:
-            install(slot, os.path.join(so, m["id"] + ".so"))
+            install(slot, lib)
             ok, res = run_suite(slot, suite, logs, m["id"], threads, timeouts, deadline)
         finally:
             free.put(slot)
+            os.remove(lib)
         e["seconds"] = round(sum(r["seconds"] for r in res), 1)
         e["commands"] = [{k: r[k] for k in ("name", "rc", "seconds", "timed_out")} for r in res]
         if ok:
@@ -576,11 +668,11 @@ def cmd_run(a):
     out["mutants"] = entries
     killed = sum(e["status"] == "killed" for e in entries)
     survived = sum(e["status"] == "survived" for e in entries)
-    not_run = sum(e["status"] == "not_run" for e in entries)
+    not_run = sum(e["status"] in ("not_run", "error") for e in entries)
     out["summary"] = {"total": len(entries), "killed": killed, "survived": survived, "not_run": not_run,
                       "kill_rate": round(killed / (killed + survived), 4) if killed + survived else None}
     write()
-    for sub in ("slots", "so"):
+    for sub in ("slots", "objs", "libs"):
         shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
     log(f"mutate run: {killed} killed, {survived} survived, {not_run} not run; kill rate "
         f"{out['summary']['kill_rate']} -> {os.path.join(results_dir, 'mutation.json')}")

@@ -8,11 +8,13 @@
 #   scripts/mutate.sh build [--build build] [--out build-mutants] [--jobs 2] [--only id,...]
 #       rebuilds ONLY libmc_kernels.so per mutant (the translation units that
 #       include the patched file; ~20 s each on 2 cores), relinks it from the
-#       build's own link line, and stages what the GPU machine needs under
-#       build-mutants/ (the staged build, one xz archive of the libraries,
-#       manifest.json, the patches, the suite): ~30 MiB, one carry.
+#       build's own link line (to prove it links), and stages what the GPU
+#       machine needs under build-mutants/ (the staged build, one xz archive of
+#       the kernel objects — the build's and each mutant's —, manifest.json with
+#       the link line, the patches, the suite): ~35 MiB, one carry.
 #   scripts/mutate.sh run [build-mutants] [--out DIR] [--jobs 8] [--budget 170] [--only id,...]
-#       on the GPU machine: the unmutated control first (must pass), then every
+#       on the GPU machine (python3, tar, a C++ driver to link with): links each
+#       library, runs the unmutated control first (must pass), then every
 #       mutant, several at a time on the one GPU, each in its own hard-linked copy
 #       of the staged build with its libmc_kernels.so swapped in; killed/survived
 #       per mutant and the kill rate in DIR/mutation.json (default
