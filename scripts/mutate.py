@@ -541,6 +541,19 @@ def gpu_name():
         return "unknown"
 
 
+def cmd_link(a):
+    """The control library alone: a full staged build carried without its 28 MiB
+    libmc_kernels.so gets it back from the objects the mutation runner carries."""
+    d = os.path.realpath(a.dir)
+    with open(os.path.join(d, "manifest.json")) as f:
+        recipe = json.load(f)["link"]
+    objs = unpack(d)
+    link_library(recipe, os.path.join(objs, "base"), None, os.path.join(objs, "libmc_core.a"),
+                 os.path.realpath(a.out), linker(recipe))
+    log(f"mutate link: {a.out}")
+    return 0
+
+
 def cmd_run(a):
     d = os.path.realpath(a.dir)
     results_dir = os.path.realpath(a.out or os.path.join(d, "results"))
@@ -699,6 +712,10 @@ def main(argv=None):
     r.add_argument("--budget", type=float, default=170, help="seconds for the whole run (default 170)")
     r.add_argument("--control-all-threads", action="store_true",
                    help="run the control with all the OpenMP threads (default: a job's share)")
+    lk = sub.add_parser("link", help="link the unmutated libmc_kernels.so from the staged objects "
+                        "(to complete a build staged without its kernel library)")
+    lk.add_argument("dir", nargs="?", default=os.path.join(ROOT, "build-mutants"), help="what build staged")
+    lk.add_argument("--out", required=True, help="where to write libmc_kernels.so")
     e = sub.add_parser("emulate", help="CPU-side prediction for the scan mutants (the emulated "
                        "dump and scan parity suite with each patch); no GPU")
     e.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build")
@@ -708,7 +725,7 @@ def main(argv=None):
                    "Cases/*f32_T70_ds16*:Cases/*di75*",
                    help="gtest filter of the emulated parity run when the dump is unchanged")
     a = p.parse_args(argv)
-    return {"build": cmd_build, "run": cmd_run, "emulate": cmd_emulate}[a.cmd](a)
+    return {"build": cmd_build, "run": cmd_run, "link": cmd_link, "emulate": cmd_emulate}[a.cmd](a)
 
 
 if __name__ == "__main__":
