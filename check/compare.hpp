@@ -15,7 +15,7 @@
 // stay inside the k-rule's bound (a biased rounding at a storage point, a less
 // accurate elementary function). KRuleResult::verdict() is both.
 //
-// k_limit: 2 for bf16/f16 (flash-attention's rule, issue 4). For the f32
+// k_limit: 2 for bf16/f16 (flash-attention's rule). For the f32
 // pipeline P is the float instantiation of the oracle; GPU and CPU then sum
 // in different (equally valid) orders and use exp2f vs exp, so neither error
 // bounds the other; we allow k_limit = 4 there (kF32KLimit), fixed up front

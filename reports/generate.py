@@ -694,7 +694,7 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
             out.append("")
         peer = [r for r in ok if r.get("peer_graph_us")]
         if peer:
-            out += ["### Against state-spaces/mamba (graph figures, issue 9)", ""]
+            out += ["### Against state-spaces/mamba (graph figures, bench/README.md's peer table)", ""]
             out.append("× peer = peer graph time / our graph time (higher is faster); the target "
                        "applies to bf16 on the tensor-core tier (≥ 2×) and f32 on the strict "
                        "tier (≥ 1.5×).")

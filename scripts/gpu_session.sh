@@ -31,7 +31,7 @@
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
-# phase, non-alphanumerics as _), CTEST_ARGS, SCAN_ARGS, PEER_DIR.
+# phase, non-alphanumerics as _), CTEST_ARGS, SCAN_ARGS, TRAIN_ARGS, PEER_DIR.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"; out="$2"; shift 2
@@ -116,7 +116,7 @@ for p in "${phases[@]}"; do
       run_phase bench_scan_sharded "$build/bench/bench_scan" --sweep --devices="$(seq -s, 0 $((ngpu - 1)))" \
         --json="$out/bench_scan.json" ;;
     train)
-      run_phase bench_train_step "$build/bench/bench_train_step" --json="$out/bench_train_step.json" ;;
+      run_phase bench_train_step "$build/bench/bench_train_step" --json="$out/bench_train_step.json" ${TRAIN_ARGS:-} ;;
     sanitize)
       run_phase sanitize env SANITIZE_LOG_DIR="$out/logs/sanitize" "$root/scripts/sanitize.sh" "$build" ;;
     validate)
