@@ -175,10 +175,27 @@ def link_library(recipe, objs_dir, overlay_dir, core, out, compiler=None):
             mine = os.path.join(overlay_dir, rel) if overlay_dir else None
             argv.append(mine if mine and os.path.exists(mine) else os.path.join(objs_dir, rel))
         else:
-            argv.append(x)
+            argv.append(portable_library(x))
     if compiler:
         argv[0] = compiler
     run(argv)
+
+
+def portable_library(arg):
+    """A library path of the build machine's link line that this machine lacks
+    (CUDA under lib/ here, lib64/ or targets/<arch>/lib there): the same file
+    name from this machine's CUDA library folders, else -l:<name> for the linker
+    to find on its own search path."""
+    if not (arg.startswith("/") and (arg.endswith(".so") or arg.endswith(".a"))) or os.path.exists(arg):
+        return arg
+    name = os.path.basename(arg)
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
+    for root in filter(None, roots):
+        for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+            cand = os.path.join(root, sub, name)
+            if os.path.exists(cand):
+                return cand
+    return "-l:" + name
 
 
 def build_one(m, units, work, jobs, ccache):

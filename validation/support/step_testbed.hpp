@@ -272,8 +272,10 @@ class StepTestbed {
     std::vector<std::vector<std::vector<double>>> m(size_t(check::kStatRuns));  // [run][tensor]
     for (int k = 0; k < check::kStatRuns; ++k) {
       std::vector<std::vector<ref::Mca>> mk(recs_.size());
-      for (size_t i = 0; i < recs_.size(); ++i)
-        mk[i].assign(o_start(i).begin(), o_start(i).end());
+      for (size_t i = 0; i < recs_.size(); ++i) {
+        const std::vector<float> start = o_start(i);  // one copy: both iterators must be its
+        mk[i].assign(start.begin(), start.end());
+      }
       seed_mca(k);
       HostSide<ref::Mca> hm(mk, kDType);
       oracle(hm);
