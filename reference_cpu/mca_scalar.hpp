@@ -17,7 +17,8 @@
 // rounded); exp, log1p: ±4u (libm results are within 2 ulp <= 4u·|v|).
 // A constant converted from double that is not f32-representable (eps) is
 // perturbed once; f32-exact inputs are not. Storage::q rounding to bf16/f16
-// adds a perturbation of that type's unit roundoff (2^-8, 2^-11).
+// adds a perturbation of that type's unit roundoff (2^-8, 2^-11), and below f16's
+// normal range an absolute one of half its subnormal spacing (2^-25).
 //
 // Randomness: a thread_local splitmix64 stream (seed with Mca::seed). A run is
 // reproducible when the oracle runs on one OpenMP thread.
@@ -58,15 +59,17 @@ struct Mca {
     return s;
   }
   static void seed(uint64_t s) { state() = s; }
-  // x·(1 + δ), δ uniform in [−eu, eu].
-  static double perturb(double x, double eu) {
+  // Uniform in [−half, half].
+  static double uniform(double half) {
     uint64_t z = (state() += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
     const double r = double(z >> 11) * 0x1p-53;  // [0, 1)
-    return x * (1 + eu * (2 * r - 1));
+    return half * (2 * r - 1);
   }
+  // x·(1 + δ), δ uniform in [−eu, eu].
+  static double perturb(double x, double eu) { return x * (1 + uniform(eu)); }
   static Mca rounded(double x) { return raw(perturb(x, unit())); }
 };
 
@@ -95,7 +98,12 @@ inline Mca round_to(DType t, Mca x) {
   switch (t) {
     case DType::F32: return x;
     case DType::BF16: return Mca::raw(Mca::perturb(x.v, 0x1p-8));
-    case DType::F16: return Mca::raw(Mca::perturb(x.v, 0x1p-11));
+    case DType::F16:
+      // Below f16's smallest normal (2^-14) the grid is absolute, spacing 2^-24: a
+      // rounding there errs by up to half a spacing, whatever the value's size (a
+      // relative ±u would claim ~1e-15 where the store flushes 4e-13 to zero).
+      if (std::fabs(x.v) < 0x1p-14) return Mca::raw(x.v + Mca::uniform(0x1p-25));
+      return Mca::raw(Mca::perturb(x.v, 0x1p-11));
   }
   throw std::logic_error("round_to(Mca): unknown dtype");
 }

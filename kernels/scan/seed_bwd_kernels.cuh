@@ -224,14 +224,17 @@ __global__ void __launch_bounds__(kMaxParThreads, kMinParBlocks)
               const float cv = load_f32(Ccol + k * s.ld_bc);
               const float dA = scan_expf(dl[k] * a);
               const float dh = fmaf(dyv[k], cv, e);
-              float gB = dh * (dl[k] * uu[k]);
-              float gC = dyv[k] * hc;
+              // Products and sums spelled out (__fmul_rn/__fadd_rn cannot be contracted):
+              // left to the compiler, the tile's `*tc + dy·h` became one FFMA on the
+              // device but not in the host emulation (test_scan_emulation_bits, dt = 2).
+              float gB = __fmul_rn(dh, __fmul_rn(dl[k], uu[k]));
+              float gC = __fmul_rn(dyv[k], hc);
               if (tiled) {  // Σ over this block's channels, d ascending, in the owned tile entry
                 float* tb = tile_b + (k * G + g) * ds + n;
                 float* tc = tile_c + (k * G + g) * ds + n;
                 if (dd > 0) {
-                  gB = *tb + gB;
-                  gC = *tc + gC;
+                  gB = __fadd_rn(*tb, gB);
+                  gC = __fadd_rn(*tc, gC);
                 }
                 *tb = gB;
                 *tc = gC;

@@ -254,6 +254,34 @@ TEST(PrecisionStatistics, ExactKernelAndNonFinite) {
   EXPECT_TRUE(none.ok());
 }
 
+// An f16 store of values below f16's normal range (softplus of a very negative
+// argument, ~1e-13 .. 1e-6) is a round to nearest on an absolute grid (2^-24): K
+// stored that way, O exact, an ensemble of randomly rounded stores of O. Found on
+// the H200: a one-element softplus output of 3.8e-13 flushes to 0 in K and in P,
+// while a relative-only ensemble model (±2^-11 of the value) claimed ~1e-16 of
+// noise and failed the correct store by z = 113.
+TEST(PrecisionStatistics, F16StoreBelowTheNormalRangeIsInTheEnsembleClass) {
+  for (const int64_t n : {int64_t(1), int64_t(7), int64_t(4096)}) {
+    check::SplitMix64 r(5 + uint64_t(n));
+    std::vector<double> O(static_cast<size_t>(n));
+    std::vector<float> K(O.size());
+    for (size_t i = 0; i < O.size(); ++i) {
+      O[i] = std::exp(r.uniform(-30.0, -7.0));  // 1e-13 .. 9e-4: mostly subnormal in f16
+      K[i] = round_to(DType::F16, float(O[i]));
+    }
+    std::vector<std::vector<double>> M(kRuns, std::vector<double>(O.size()));
+    std::vector<const double*> runs;
+    for (int j = 0; j < kRuns; ++j) {
+      Mca::seed(0x51ab + uint64_t(j));
+      for (size_t i = 0; i < O.size(); ++i)
+        M[size_t(j)][i] = double(ref::round_to(DType::F16, Mca::raw(O[i])));
+      runs.push_back(M[size_t(j)].data());
+    }
+    const StatResult s = check::stat_check(K.data(), O.data(), K.data(), runs, n);
+    EXPECT_TRUE(s.computed && s.pass) << "n = " << n << ": " << s.summary();
+  }
+}
+
 // ---- calibration: the hypothesis the limits are derived under -----------------------------
 
 TEST(PrecisionStatistics, CalibrationFloatOracleAndLeaveOneOutPass) {

@@ -157,6 +157,7 @@ using std::max;
 using std::min;
 
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 
 // Vector loads through the read-only path.
 inline float4 __ldg(const float4* p) { return *p; }

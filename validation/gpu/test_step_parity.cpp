@@ -146,16 +146,28 @@ TYPED_TEST(StepParity, GemmForwardWithF32Bias) {
   }
 }
 
+// Typed inputs run on both tiers. The tensor-core tier's f32 accumulator truncates
+// the aligned products (docs/DESIGN.md, "GEMM tiers"): an f32-stored result (dW)
+// leans toward zero by a fraction of an f32 ulp, a magnitude bias the statistics
+// see (z_mag -13 .. -53 on the H200) and a round-to-nearest ensemble cannot model.
+// There the statistics are reported, not enforced; on the strict tier they are.
 TYPED_TEST(StepParity, GemmInputGradAndWeightGrad) {
-  const mc::gpu::Gemm gemm = this->gemm();
+  std::vector<mc::gpu::TypedGemm> tiers{mc::gpu::TypedGemm::TensorCore};
+  if (!std::is_same_v<TypeParam, float>) tiers.push_back(mc::gpu::TypedGemm::Strict);
+  for (const mc::gpu::TypedGemm tier : tiers)
   for (const MKN sh : kGemmShapes) {
+    const mc::gpu::Gemm gemm = this->gemm(tier);
     const int64_t M = sh.M, K = sh.K, N = sh.N;
-    auto tb = this->bed(shape_tag({{"M", M}, {"K", K}, {"N", N}}));
+    const bool tensor_cores = tier == mc::gpu::TypedGemm::TensorCore && !std::is_same_v<TypeParam, float>;
+    auto tb = this->bed(shape_tag({{"M", M}, {"K", K}, {"N", N}}) +
+                        (std::is_same_v<TypeParam, float> ? "" : std::string(".") + to_string(tier)));
     const auto X = tb.in_typed("X", uniform(M * K, 41 + M, -1.0, 1.0));
     const auto W = tb.in_typed("W", uniform(K * N, 42 + K, -1.0, 1.0));
     const auto dY = tb.in_typed("dY", uniform(M * N, 43 + N, -1.0, 1.0));
     const auto dX = tb.out_typed("gemm_dx", M * K);
     const auto dW = tb.inout("gemm_dw_accumulate", uniform(K * N, 44 + N, -1.0, 1.0));  // beta 1
+    if (tensor_cores)
+      tb.stats_outside_class(dW, "tensor-core f32 accumulation truncates: outside the ensemble's class");
     tb.run([&](auto& h) {
       ref::linear_bwd_dx(h[dY], h[W], M, K, N, h[dX]);
       ref::linear_bwd_dw(h[X], h[dY], M, K, N, h[dW]);
