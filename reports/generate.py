@@ -168,7 +168,7 @@ def context_section(contexts, title="Context"):
 # ----------------------------------------------------------------------------
 # Benchmark JSON
 
-SCAN_NAME = re.compile(r"^scan_(fwd|bwd|fwdbwd)/(f32|bf16|f16)/(sequential|parallel)/T:(\d+)/ds:(\d+)$")
+SCAN_NAME = re.compile(r"^scan_(fwd|bwd|fwdbwd)/(f32|bf16|f16)/(sequential|parallel|chunked|checkpointed-hw|checkpointed-acc)/T:(\d+)/ds:(\d+)$")
 STEP_NAME = re.compile(
     r"^train_step/([^/]+)/dm:(\d+)/L:(\d+)/B:(\d+)/T:(\d+)/(f32|bf16|f16)/gemm:([\w-]+)$")
 TIME_UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -358,6 +358,66 @@ def load_mutation(path):
     return data
 
 
+def load_peer(path):
+    """bench/peer_scan.py's JSON: state-spaces/mamba's selective scan timed on the
+    same cases, in the same lease as bench_scan."""
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a peer_scan document (an object with 'rows')")
+    rows = require(data, "rows", path, "top level")
+    for i, r in enumerate(rows):
+        for f in ("dtype", "T", "d_state", "fwd_us", "bwd_us", "fwdbwd_us"):
+            require(r, f, path, f"rows[{i}]")
+    return data
+
+
+def peer_section(peer, scan):
+    """Ours against the peer, per case and op: µs side by side and peer / ours."""
+    out = ["### Against state-spaces/mamba's selective scan (timed in the same run)", ""]
+    out.append(f"Peer: `{os.path.basename(str(peer.get('module', '?')))}` on {peer.get('gpu', '?')}, "
+               f"PyTorch {peer.get('torch', '?')}, CUDA {peer.get('cuda', '?')}, {peer.get('date', '?')}; "
+               f"method: {peer.get('method', '?')}.")
+    out.append("× = peer µs / our µs (above 1: ours is faster). Memory: our scan's own "
+               "allocation (saved checkpoints + backward workspace, `scan_mem_bytes`) and the "
+               "case's whole allocation (inputs, outputs and gradients too, `total_alloc_bytes`) "
+               "beside the peer's peak allocation during its scan and its saved states. The peer's gradients "
+               "that differ from run to run (atomics) are listed; ours are bitwise stable "
+               "(determinism.md).")
+    out.append("")
+    ours = {}
+    for r in scan:
+        if r["error"] is None and r["seconds"]:
+            ours[(r["dtype"], r["T"], r["ds"], r["mode"], r["op"])] = r
+    modes = sorted({r["mode"] for r in scan})
+    rows = []
+    for pr in sorted(peer["rows"], key=lambda r: (DTYPES.index(r["dtype"]) if r["dtype"] in DTYPES else 9,
+                                                  r["d_state"], r["T"])):
+        key = (pr["dtype"], int(pr["T"]), int(pr["d_state"]))
+        unstable = ", ".join(k for k, v in sorted((pr.get("bitwise_stable") or {}).items()) if not v)
+        for mode in modes:
+            rs = [ours.get(key + (mode, op)) for op in OPS]
+            if not any(rs):
+                continue
+            us = [r["seconds"] * 1e6 if r else None for r in rs]
+            pus = [num(pr["fwd_us"]), num(pr["bwd_us"]), num(pr["fwdbwd_us"])]
+            ratio = [fmt(p / o) if (p and o) else "—" for p, o in zip(pus, us)]
+            mem = next((num(r["raw"].get("scan_mem_bytes")) for r in reversed(rs) if r), None)
+            alloc = next((num(r["raw"].get("total_alloc_bytes")) for r in reversed(rs) if r), None)
+            rows.append((pr["dtype"], pr["T"], pr["d_state"], mode,
+                         " / ".join(fmt(u, 6) if u else "—" for u in us),
+                         " / ".join(fmt(u, 6) for u in pus), " / ".join(ratio),
+                         si(mem, "B"), si(alloc, "B"), si(num(pr.get("peak_scan_bytes")), "B"),
+                         si(num(pr.get("saved_state_bytes")), "B"), unstable or "none"))
+    if not rows:
+        return out + ["No case of the peer's file matches a bench_scan row.", ""]
+    out.append(md_table(["dtype", "T", "d_state", "our route", "ours µs fwd / bwd / fwd+bwd",
+                         "peer µs fwd / bwd / fwd+bwd", "× fwd / bwd / fwd+bwd", "our scan memory",
+                         "our total allocation", "peer peak", "peer saved states",
+                         "peer run-to-run varying"], rows))
+    out.append("")
+    return out
+
+
 # ----------------------------------------------------------------------------
 # Plots (matplotlib optional)
 
@@ -372,6 +432,9 @@ def get_pyplot():
 
 
 OPS = ["fwd", "bwd", "fwdbwd"]
+# Line style per scan route (bench_scan's route names, and the older files' two modes).
+SCAN_MODE_STYLES = (("checkpointed-hw", "-"), ("checkpointed-acc", "-."), ("chunked", ":"),
+                    ("parallel", "-"), ("sequential", "--"))
 DTYPES = ["f32", "bf16", "f16"]
 
 
@@ -391,7 +454,7 @@ def plot_scan(plt, rows, metric, ylabel, path, logy):
             ax = axes[i][j]
             for k, ds in enumerate(dss):
                 color = cmap(k / max(1, len(dss) - 1))
-                for mode, style in (("parallel", "-"), ("sequential", "--")):
+                for mode, style in SCAN_MODE_STYLES:
                     for dev in devices:
                         pts = sorted((r["T"], r[metric], r.get("verified")) for r in ok
                                      if r["op"] == op and r["dtype"] == dt and r["ds"] == ds
@@ -400,7 +463,7 @@ def plot_scan(plt, rows, metric, ylabel, path, logy):
                             continue
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color,
                                 marker="o", markersize=3,
-                                label=f"ds={ds} {mode[:3]}" if dev == devices[0] else None)
+                                label=f"ds={ds} {mode}" if dev == devices[0] else None)
                         bad = [p for p in pts if p[2] is not None and p[2] < 1]
                         if bad:
                             ax.plot([p[0] for p in bad], [p[1] for p in bad], "x", color="red",
@@ -417,8 +480,8 @@ def plot_scan(plt, rows, metric, ylabel, path, logy):
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7)
-    fig.suptitle(f"bench_scan: {ylabel} (solid parallel, dashed sequential, red x = unverified)",
-                 fontsize=10)
+    fig.suptitle(f"bench_scan: {ylabel} (solid checkpointed-hw / parallel, dash-dot checkpointed-acc, "
+                 "dotted chunked, dashed sequential; red x = unverified)", fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -565,7 +628,7 @@ def not_run_section(checks):
     return out
 
 
-def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts=None):
+def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts=None, peer=None):
     out = ["# Performance", ""]
     if not bench_paths:
         why = gpu_absence(val_contexts) or "no benchmark JSON was given (--bench)."
@@ -631,6 +694,8 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
                                  "GB/s (min bytes)", "GB/s (impl bytes)", "% peak",
                                  "× vs sequential", "× vs f32", "verified", "device"], rows))
             out.append("")
+        if peer:
+            out += peer_section(peer, scan)
         skipped = [r for r in scan if r["error"] is not None]
         if skipped:
             out += ["### Skipped or failed cases", ""]
@@ -990,6 +1055,7 @@ def main(argv=None):
     ap.add_argument("--bench", nargs="*", default=[], help="Google Benchmark JSON files")
     ap.add_argument("--validation", nargs="*", default=[], help="validation JSON files")
     ap.add_argument("--mutation", help="the mutation runner's mutation.json (scripts/mutate.sh run)")
+    ap.add_argument("--peer", help="bench/peer_scan.py's JSON (the peer's scan, same cases, same run)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args(argv)
     try:
@@ -997,6 +1063,7 @@ def main(argv=None):
         checks = []
         v_ctx, prec, det, oracle = load_validation(a.validation, checks)
         mutation = load_mutation(a.mutation) if a.mutation else None
+        peer = load_peer(a.peer) if a.peer else None
     except InputError as e:
         print(f"generate.py: error: {e}", file=sys.stderr)
         return 2
@@ -1012,7 +1079,7 @@ def main(argv=None):
         plots["k"] = plot_k(plt, prec or [], os.path.join(a.out, "precision_k.png"))
         plots["stats"] = plot_stats(plt, prec or [], os.path.join(a.out, "precision_stats.png"))
     reports = {
-        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots, v_ctx),
+        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots, v_ctx, peer),
         "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle, checks, mutation),
         "determinism.md": determinism_md(a.validation, v_ctx, det),
     }

@@ -283,6 +283,31 @@ class GenerateTest(unittest.TestCase):
             self.assertIn("perf_scan_throughput.png", perf)
             self.assertIn("precision_k.png", prec)
 
+    def test_scan_against_the_peer(self):
+        s0, s1, st, v = self.full_inputs()
+        peer = self.write("peer_scan.json", {
+            "module": "/x/selective_scan_cuda.so", "gpu": "Fixture GPU", "torch": "9.9", "cuda": "99",
+            "date": "today", "method": "fixture method",
+            "rows": [{"dtype": "f32", "T": 512, "d_state": 16, "fwd_us": 250.0, "bwd_us": 500.0,
+                      "fwdbwd_us": 750.0, "peak_scan_bytes": 1.0e8, "saved_state_bytes": 1.5e6,
+                      "bitwise_stable": {"du": True, "dB": False, "dA": False}},
+                     {"dtype": "bf16", "T": 99, "d_state": 16, "fwd_us": 1.0, "bwd_us": 1.0,
+                      "fwdbwd_us": 2.0}]})
+        r = self.run_gen("--bench", s0, s1, st, "--validation", v, "--peer", peer)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        part = self.read("performance.md").split("selective scan (timed in the same run)")[1].split("###")[0]
+        self.assertIn("fixture method", part)
+        # f32 T512 ds16: ours fwd 100 us (parallel) -> x 2.5; sequential 900 us -> x 0.278;
+        # no bwd / fwd+bwd rows of ours there -> dashes; the peer's varying grads named
+        self.assertIn("| f32 | 512 | 16 | parallel | 100 / — / — | 250 / 500 / 750 | 2.5 / — / — |", part)
+        self.assertIn("| f32 | 512 | 16 | sequential | 900 / — / — | 250 / 500 / 750 | 0.278 / — / — |", part)
+        self.assertIn("| dA, dB |", part)
+        self.assertNotIn("| bf16 | 99 |", part)  # no row of ours for that case
+        bad = self.write("peer_bad.json", {"rows": [{"dtype": "f32", "T": 1}]})
+        r = self.run_gen("--bench", s0, "--peer", bad)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("d_state", r.stderr)
+
     def test_missing_inputs_say_not_measured(self):
         r = self.run_gen()
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -36,9 +36,10 @@
 // fails) and as 0 in O and P; an in/out tensor (accumulated gradient, carried
 // state) starts from its init values everywhere.
 //
-// MC_STEP_DRY_RUN=1: O and P run, K does not, and every check K would get is
+// MC_STEP_DRY_RUN=1: O, P and M run, K does not, and every check K would get is
 // printed instead (the suite's full check list, on a machine without a GPU).
-// The tests then report SKIPPED.
+// The tests then report SKIPPED; ctest StepTestbed.HostSideDryRun (label cpu,
+// in CI) runs the whole suite that way, so the host half is tested everywhere.
 #pragma once
 
 #include <cuda_bf16.h>
