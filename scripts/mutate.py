@@ -198,10 +198,9 @@ def portable_library(arg):
     return "-l:" + name
 
 
-def build_one(m, units, work, jobs, ccache):
-    """Compiles the affected TUs of mutant m into <work>/<id>/obj/<rel>.o; returns the info."""
-    t0 = time.time()
-    wdir = os.path.join(work, m["id"])
+def patched_sources(m, wdir):
+    """A fresh <wdir>/src holding copies of the files mutant m touches, with its patch
+    applied. -> (src_root, the real paths of the originals, patch's CompletedProcess)."""
     shutil.rmtree(wdir, ignore_errors=True)
     src_root = os.path.join(wdir, "src")
     os.makedirs(src_root)
@@ -214,6 +213,14 @@ def build_one(m, units, work, jobs, ccache):
     with open(os.path.join(ROOT, "validation", "mutants", m["patch"])) as f:
         r = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d", src_root],
                            stdin=f, capture_output=True, text=True)
+    return src_root, touched, r
+
+
+def build_one(m, units, work, jobs, ccache):
+    """Compiles the affected TUs of mutant m into <work>/<id>/obj/<rel>.o; returns the info."""
+    t0 = time.time()
+    wdir = os.path.join(work, m["id"])
+    src_root, touched, r = patched_sources(m, wdir)
     if r.returncode != 0:
         raise RuntimeError(f"{m['patch']} does not apply: {r.stdout}{r.stderr}")
     affected = [u for u in units if any(t in u["deps"] for t in touched)]
@@ -383,18 +390,9 @@ def cmd_emulate(a):
     for m in mutants:
         t0 = time.time()
         wdir = os.path.join(build, "mutant-emu", m["id"])
-        shutil.rmtree(wdir, ignore_errors=True)
-        src_root = os.path.join(wdir, "src")
-        os.makedirs(src_root)
-        touched = []
-        for rel in m["files"]:
-            dst = os.path.join(src_root, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(os.path.join(ROOT, rel), dst)
-            touched.append(os.path.realpath(os.path.join(ROOT, rel)))
-        with open(os.path.join(ROOT, "validation", "mutants", m["patch"])) as f:
-            subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d", src_root], stdin=f,
-                           check=True, capture_output=True)
+        src_root, touched, r = patched_sources(m, wdir)
+        if r.returncode != 0:
+            raise RuntimeError(f"{m['id']}: the patch does not apply: {r.stdout}{r.stderr}")
         affected = [u for u in units if any(t in u["deps"] for t in touched)]
         if m["tus"]:
             affected = [u for u in affected if u["rel"] in set(m["tus"])]

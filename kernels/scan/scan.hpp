@@ -130,6 +130,27 @@ struct BwdParams {
   size_t workspace_bytes = 0;
 };
 
+// The backward of forward call `f`: its shape, route, exponential, inputs and
+// saved buffer. The upstream gradients, the outputs and the workspace are the
+// caller's to set.
+template <class T>
+BwdParams<T> backward_of(const FwdParams<T>& f) {
+  BwdParams<T> b;
+  b.shape = f.shape;
+  b.route = f.route;
+  b.exp = f.exp;
+  b.delta = f.delta;
+  b.delta_bias = f.delta_bias;
+  b.u = f.u;
+  b.Bm = f.Bm;
+  b.Cm = f.Cm;
+  b.a_neg = f.a_neg;
+  b.D = f.D;
+  b.z = f.z;
+  b.saved = f.saved;
+  return b;
+}
+
 // ---- sizes ----------------------------------------------------------------------
 // Floats the forward saves for the backward (checkpoints or h_saved).
 size_t saved_floats(const Shape& s, Route r);

@@ -21,6 +21,7 @@
 #include "check/problem.hpp"
 #include "reference_cpu/gemm.hpp"
 #include "reference_cpu/steps.hpp"
+#include "validation/support/oracle_test_support.hpp"
 
 namespace mc::testing {
 namespace {
@@ -73,20 +74,7 @@ int64_t first_difference(const std::vector<S>& a, const std::vector<S>& b) {
   return a.size() == b.size() ? -1 : int64_t(std::min(a.size(), b.size()));
 }
 
-// Restores the thread count and the parallel threshold.
-class OracleGemm : public ::testing::Test {
- protected:
-  void SetUp() override {
-    threads_ = omp_get_max_threads();
-    min_work_ = ref::parallel_min_work();
-  }
-  void TearDown() override {
-    omp_set_num_threads(threads_);
-    ref::set_parallel_min_work(min_work_);
-  }
-  int threads_ = 1;
-  int64_t min_work_ = 0;
-};
+class OracleGemm : public RestoresOracleThreading {};
 
 // Every shape, the three operand layouts of the Linear roles, with and without
 // a seed, every region forced parallel (2 threads) and serial.

@@ -19,20 +19,7 @@
 namespace mc::testing {
 namespace {
 
-// Restores the thread count and the parallel threshold after each test.
-class OracleThreads : public ::testing::Test {
- protected:
-  void SetUp() override {
-    threads_ = omp_get_max_threads();
-    min_work_ = ref::parallel_min_work();
-  }
-  void TearDown() override {
-    omp_set_num_threads(threads_);
-    ref::set_parallel_min_work(min_work_);
-  }
-  int threads_ = 1;
-  int64_t min_work_ = 0;
-};
+class OracleThreads : public RestoresOracleThreading {};
 
 template <class S>
 void expect_same_bytes(const char* what, const std::vector<S>& a, const std::vector<S>& b,

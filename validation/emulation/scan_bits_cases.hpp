@@ -230,17 +230,7 @@ std::vector<Tensor> run_case(const Case& c) {
   MC_CUDA_CHECK(cudaMemset(dC.get(), 0xff, dC.bytes()), "fill dC");
   MC_CUDA_CHECK(cudaMemset(dh0.get(), 0xff, dh0.bytes()), "fill dh0");
   MC_CUDA_CHECK(cudaMemset(ws.get(), 0xff, ws.bytes()), "fill workspace");
-  scan::BwdParams<T> b;
-  b.shape = sh;
-  b.route = c.route;
-  b.exp = scan::ExpMath::Accurate;
-  b.delta = f.delta;
-  b.u = f.u;
-  b.Bm = f.Bm;
-  b.Cm = f.Cm;
-  b.a_neg = f.a_neg;
-  b.D = f.D;
-  b.saved = saved.get();
+  scan::BwdParams<T> b = scan::backward_of(f);
   b.dy = {d_dy.get(), 0};
   b.dh_final = c.chained ? d_dhT.get() : nullptr;
   b.d_delta = {ddelta.get(), 0};

@@ -7,6 +7,7 @@
 //  * the default of one OpenMP thread for these processes (see below).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <omp.h>
 #include <rapidcheck.h>
 
@@ -19,6 +20,7 @@
 
 #include "core/config.hpp"
 #include "reference_cpu/model.hpp"
+#include "reference_cpu/steps.hpp"
 #include "check/problem.hpp"
 
 namespace mc::testing {
@@ -33,6 +35,24 @@ inline bool single_thread_unless_asked() {
   if (std::getenv("OMP_NUM_THREADS") == nullptr) omp_set_num_threads(1);
   return true;
 }
+
+// A fixture base for tests that change the OpenMP thread count or the oracle's
+// parallel threshold: both are restored after each test.
+class RestoresOracleThreading : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_ = omp_get_max_threads();
+    min_work_ = ref::parallel_min_work();
+  }
+  void TearDown() override {
+    omp_set_num_threads(threads_);
+    ref::set_parallel_min_work(min_work_);
+  }
+
+ private:
+  int threads_ = 1;
+  int64_t min_work_ = 0;
+};
 
 // ---- shapes ----------------------------------------------------------------
 
