@@ -368,7 +368,7 @@ def load_peer(path):
     for i, r in enumerate(rows):
         for f in ("dtype", "T", "d_state", "fwd_us", "bwd_us", "fwdbwd_us"):
             require(r, f, path, f"rows[{i}]")
-    return data
+    return dict(data, _path=path)
 
 
 def peer_section(peer, scan):
@@ -634,7 +634,8 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
         why = gpu_absence(val_contexts) or "no benchmark JSON was given (--bench)."
         out += [NOT_MEASURED.format(why=why), ""]
         return "\n".join(out) + "\n"
-    out.append("Inputs: " + ", ".join(f"`{os.path.basename(p)}`" for p in bench_paths))
+    out.append("Inputs: " + ", ".join(f"`{os.path.basename(p)}`" for p in bench_paths)
+               + (f"; the peer: `{os.path.basename(peer['_path'])}`" if peer else ""))
     out.append("")
     out.append("Speeds are measurements of this run on this device, reported, never asserted. "
                "Ratios (speedup_*) compare against baselines measured in the same run.")

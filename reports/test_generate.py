@@ -295,6 +295,7 @@ class GenerateTest(unittest.TestCase):
                       "fwdbwd_us": 2.0}]})
         r = self.run_gen("--bench", s0, s1, st, "--validation", v, "--peer", peer)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("; the peer: `peer_scan.json`", self.read("performance.md"))
         part = self.read("performance.md").split("selective scan (timed in the same run)")[1].split("###")[0]
         self.assertIn("fixture method", part)
         # f32 T512 ds16: ours fwd 100 us (parallel) -> x 2.5; sequential 900 us -> x 0.278;
