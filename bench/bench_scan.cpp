@@ -347,7 +347,9 @@ class TypedScanRun final : public ScanRun {
   }
 
  private:
-  void run_fwd(cudaStream_t s) {
+  // The case's forward call: in place, h_ is read as the initial and written as the
+  // final state.
+  scan::FwdParams<T> fwd_params() {
     scan::FwdParams<T> p;
     p.shape = shape_;
     p.route = c_.run.route;
@@ -358,25 +360,17 @@ class TypedScanRun final : public ScanRun {
     p.Cm = {Cm_.as<T>(), 0};
     p.a_neg = a_neg_.as<float>();
     p.D = D_.as<float>();
-    p.h0 = h_.as<float>();  // in place: read as the initial, written as the final state
+    p.h0 = h_.as<float>();
     p.h_final = h_.as<float>();
     p.saved = saved_.as<float>();
     p.y = {y_.as<T>(), 0};
-    scan::forward<T>(p, s);
+    return p;
   }
 
+  void run_fwd(cudaStream_t s) { scan::forward<T>(fwd_params(), s); }
+
   void run_bwd(cudaStream_t s) {
-    scan::BwdParams<T> p;
-    p.shape = shape_;
-    p.route = c_.run.route;
-    p.exp = c_.run.exp;
-    p.delta = {delta_.as<T>(), 0};
-    p.u = {u_.as<T>(), 0};
-    p.Bm = {Bm_.as<T>(), 0};
-    p.Cm = {Cm_.as<T>(), 0};
-    p.a_neg = a_neg_.as<float>();
-    p.D = D_.as<float>();
-    p.saved = saved_.as<float>();
+    scan::BwdParams<T> p = scan::backward_of(fwd_params());
     p.dy = {dy_.as<T>(), 0};
     p.d_delta = {d_delta_.as<T>(), 0};
     p.du = {du_.as<T>(), 0};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/scan/detail.hpp"
 #include "kernels/scan/seed_bwd_kernels.cuh"
 
 namespace mc::kern::scan_detail {
@@ -70,8 +71,10 @@ void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T
                         D,  h_saved,    dy,         dh_final,   d_delta,    du,
                         sc.dB_part, sc.dC_part, sc.dAlog_part, sc.dD_part, dh0};
   const int64_t ngrp = launch_scan_bwd<T>(parallel, s, args, stream);
-  launch_reduce_over_d(s, ngrp, sc.dB_part, sc.dC_part, dB, dC, stream);
-  launch_reduce_over_b(s, sc.dAlog_part, sc.dD_part, dA_log, dD, stream);
+  // the checkpointed route's fixed-order reductions (reduce.cuh): dB/dC over the
+  // channel groups into contiguous f32 rows, dA_log/dD over b (+=)
+  launch_reduce_bc<float>(sc.dB_part, sc.dC_part, dB, s.ds, dC, s.ds, s.B * s.T, ngrp, s.ds, stream);
+  launch_reduce_b(sc.dAlog_part, sc.dD_part, dA_log, dD, s.B, s.di, s.ds, stream);
 }
 
 template <class T>

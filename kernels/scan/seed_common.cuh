@@ -222,14 +222,6 @@ struct BwdScratch {
 void bwd_scratch_offsets(const ScanShape& s, size_t offsets[5]);
 BwdScratch carve_bwd_scratch(const ScanShape& s, void* scratch);
 
-// ---- fixed-order reductions (scan_reduce.cu) ------------------------------------------
-// dB_part, dC_part [B*T, ngrp, ds] -> dB, dC [B*T, ds] (=), groups ascending from 0.
-void launch_reduce_over_d(const ScanShape& s, int64_t ngrp, const float* dB_part,
-                          const float* dC_part, float* dB, float* dC, cudaStream_t stream);
-// dAlog_part [B, di, ds] -> dA_log [di, ds] (+=); dD_part [B, di] -> dD [di] (+=); b ascending.
-void launch_reduce_over_b(const ScanShape& s, const float* dAlog_part, const float* dD_part,
-                          float* dA_log, float* dD, cudaStream_t stream);
-
 // ---- host-side validation ----------------------------------------------------------
 // Null-pointer check with the launcher and argument named (mc::ConfigError).
 void require_ptr(const char* fn, const char* name, const void* p);
