@@ -59,6 +59,29 @@ double invert(F cdf, double p, double lo, double hi) {
 
 bool finite(double x) { return std::isfinite(x); }
 
+// Σ e, Σ e·sign(O) and Σ e² of e = X − O over n elements, i ascending; nonfinite when
+// an O or an e is not finite.
+struct ErrorSums {
+  double sum = 0, sum_signed = 0, sum_sq = 0;
+  bool nonfinite = false;
+};
+template <class TX>
+ErrorSums error_sums(const TX* X, const double* O, int64_t n) {
+  ErrorSums r;
+  for (int64_t i = 0; i < n; ++i) {
+    const double o = O[i], e = double(X[i]) - o;
+    if (!finite(o) || !finite(e)) {
+      r.nonfinite = true;
+      continue;
+    }
+    const double sg = o > 0 ? 1.0 : (o < 0 ? -1.0 : 0.0);
+    r.sum += e;
+    r.sum_signed += e * sg;
+    r.sum_sq += e * e;
+  }
+  return r;
+}
+
 template <class TK, class TP>
 StatResult stat_impl(const TK* K, const double* O, const TP* P,
                      const std::vector<const double*>& ens, int64_t n) {
@@ -76,44 +99,23 @@ StatResult stat_impl(const TK* K, const double* O, const TP* P,
   s.n = n;
   if (!s.computed || n <= 0) return s;
   const int m = s.runs;
-  bool nonfinite = false;
-  double sb = 0, sm = 0, sk2 = 0, sp2 = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double o = O[i], ek = double(K[i]) - o, ep = double(P[i]) - o;
-    if (!finite(o) || !finite(ek) || !finite(ep)) {
-      nonfinite = true;
-      continue;
-    }
-    const double sg = o > 0 ? 1.0 : (o < 0 ? -1.0 : 0.0);
-    sb += ek;
-    sm += ek * sg;
-    sk2 += ek * ek;
-    sp2 += ep * ep;
-  }
+  const ErrorSums ek = error_sums(K, O, n), ep = error_sums(P, O, n);
+  bool nonfinite = ek.nonfinite || ep.nonfinite;
   const size_t um = static_cast<size_t>(m);
   std::vector<double> bj(um), mj(um), qj(um);
   for (int j = 0; j < m; ++j) {
-    double b = 0, bm = 0, q = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double o = O[i], e = ens[size_t(j)][i] - o;
-      if (!finite(o) || !finite(e)) {
-        nonfinite = true;
-        continue;
-      }
-      const double sg = o > 0 ? 1.0 : (o < 0 ? -1.0 : 0.0);
-      b += e;
-      bm += e * sg;
-      q += e * e;
-    }
-    bj[size_t(j)] = b / double(n);
-    mj[size_t(j)] = bm / double(n);
-    qj[size_t(j)] = q / double(n);
+    const ErrorSums e = error_sums(ens[size_t(j)], O, n);
+    nonfinite = nonfinite || e.nonfinite;
+    bj[size_t(j)] = e.sum / double(n);
+    mj[size_t(j)] = e.sum_signed / double(n);
+    qj[size_t(j)] = e.sum_sq / double(n);
   }
   if (nonfinite) {
     s.pass = false;
     s.failed = "non-finite";
     return s;
   }
+  const double sb = ek.sum, sm = ek.sum_signed, sk2 = ek.sum_sq, sp2 = ep.sum_sq;
   // ---- bias, in units of the ensemble's spread of the same statistic
   s.bias = sb / double(n);
   s.bias_mag = sm / double(n);

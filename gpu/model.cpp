@@ -54,6 +54,14 @@ void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& op
   if (!gpu_available(&reason)) throw GpuUnavailable(reason);
 }
 
+// The state gradients d_conv0/d_ssm0 exist only when the model was built with them.
+void require_state_grads(bool requested, const RunOptions& opt) {
+  if (requested && !opt.state_grads)
+    throw ConfigError(
+        "state gradients requested (d_conv0/d_ssm0 non-null) but RunOptions::state_grads is "
+        "false");
+}
+
 }  // namespace
 
 Model::Model(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
@@ -127,24 +135,14 @@ void Model::forward(const std::vector<float>& X, std::vector<float>& out) {
 void Model::backward(const std::vector<float>& d_out, std::vector<float>& grads,
                      std::vector<float>* d_conv0, std::vector<float>* d_ssm0,
                      std::vector<float>* d_input) {
-  const Dims& d = impl_->dims;
-  if ((d_conv0 || d_ssm0) && !impl_->opt.state_grads)
-    throw ConfigError(
-        "state gradients requested (d_conv0/d_ssm0 non-null) but RunOptions::state_grads is "
-        "false");
+  require_state_grads(d_conv0 || d_ssm0, impl_->opt);  // before the step runs
   upload_d_out(d_out);
   impl_->pipe->backward(d_input != nullptr);
   impl_->ctx.phases().mark(Phase::Idle, impl_->ctx.stream());
   impl_->ctx.phases().count_step();
-  grads.resize(size_t(impl_->layout.total));
-  impl_->pipe->download_grads(grads.data());
-  if (d_conv0) d_conv0->resize(size_t(d.L * impl_->B * d.di * d.dc));
-  if (d_ssm0) d_ssm0->resize(size_t(d.L * impl_->B * d.di * d.ds));
-  if (d_conv0 || d_ssm0)
-    impl_->pipe->download_state_grads(d_conv0 ? d_conv0->data() : nullptr,
-                                      d_ssm0 ? d_ssm0->data() : nullptr);
+  download_grads(grads, d_conv0, d_ssm0);
   if (d_input) {
-    d_input->resize(size_t(impl_->B * impl_->T * d.mid));
+    d_input->resize(size_t(impl_->B * impl_->T * impl_->dims.mid));
     impl_->pipe->download_d_input(d_input->data());
   }
 }
@@ -266,10 +264,7 @@ void Model::download_output(std::vector<float>& out) {
 void Model::download_grads(std::vector<float>& grads, std::vector<float>* d_conv0,
                            std::vector<float>* d_ssm0) {
   const Dims& d = impl_->dims;
-  if ((d_conv0 || d_ssm0) && !impl_->opt.state_grads)
-    throw ConfigError(
-        "state gradients requested (d_conv0/d_ssm0 non-null) but RunOptions::state_grads is "
-        "false");
+  require_state_grads(d_conv0 || d_ssm0, impl_->opt);
   impl_->ctx.activate();
   grads.resize(size_t(impl_->layout.total));
   impl_->pipe->download_grads(grads.data());

@@ -42,7 +42,7 @@ int64_t launch_scan_bwd(bool parallel, const ScanShape& s, const BwdArgs<T>& arg
 namespace mc::kern {
 
 // Definitions of the public entry points (seed.hpp); explicitly instantiated
-// per dtype in scan_bwd_{f32,bf16,f16}.cu.
+// per dtype in seed_bwd_{f32,bf16,f16}.cu (MC_INSTANTIATE_SEED_BWD below).
 template <class T>
 void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,
                       const T* Cm, const float* a_neg, const float* D, const float* h_saved,
@@ -87,3 +87,15 @@ void scan_bwd(bool parallel, const ScanShape& s, const T* delta, const T* u, con
 }
 
 }  // namespace mc::kern
+
+// The explicit instantiations of one storage type T (one translation unit per dtype).
+#define MC_INSTANTIATE_SEED_BWD(T)                                                              \
+  namespace mc::kern {                                                                          \
+  template void scan_bwd<T>(bool, const ScanShape&, const T*, const T*, const T*, const T*,     \
+                            const float*, const float*, const float*, const T*, T*, T*, float*, \
+                            float*, float*, float*, float*, void*, cudaStream_t);               \
+  template void scan_bwd_chained<T>(bool, const ScanShape&, const T*, const T*, const T*,       \
+                                    const T*, const float*, const float*, const float*,         \
+                                    const T*, const float*, T*, T*, float*, float*, float*,     \
+                                    float*, float*, void*, cudaStream_t);                       \
+  }

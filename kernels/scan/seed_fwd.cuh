@@ -48,7 +48,7 @@ void launch_scan_fwd(bool parallel, const ScanShape& s, const FwdArgs<T>& args,
 namespace mc::kern {
 
 // Definition of the public entry point (seed.hpp); explicitly instantiated per
-// dtype in scan_fwd_{f32,bf16,f16}.cu.
+// dtype in seed_fwd_{f32,bf16,f16}.cu (MC_INSTANTIATE_SEED_FWD below).
 template <class T>
 void scan_fwd(bool parallel, const ScanShape& s, const T* delta, const T* u, const T* Bm,
               const T* Cm, const float* a_neg, const float* D, float* h, float* h_saved, T* y,
@@ -69,3 +69,10 @@ void scan_fwd(bool parallel, const ScanShape& s, const T* delta, const T* u, con
 }
 
 }  // namespace mc::kern
+
+// The explicit instantiation of one storage type T (one translation unit per dtype).
+#define MC_INSTANTIATE_SEED_FWD(T)                                                          \
+  namespace mc::kern {                                                                      \
+  template void scan_fwd<T>(bool, const ScanShape&, const T*, const T*, const T*, const T*, \
+                            const float*, const float*, float*, float*, T*, cudaStream_t);  \
+  }

@@ -1,9 +1,5 @@
-// scan_fwd_f16.cu — explicit instantiation of the forward selective scan for
-// __half storage (one TU per dtype so nvcc compiles them in parallel).
+// seed_fwd_f16.cu — explicit instantiation of the seed routes' forward selective scan
+// for __half storage (one TU per dtype so nvcc compiles them in parallel).
 #include "kernels/scan/seed_fwd.cuh"
 
-namespace mc::kern {
-using T = __half;
-template void scan_fwd<T>(bool, const ScanShape&, const T*, const T*, const T*, const T*,
-                          const float*, const float*, float*, float*, T*, cudaStream_t);
-}  // namespace mc::kern
+MC_INSTANTIATE_SEED_FWD(__half)
