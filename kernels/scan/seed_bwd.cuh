@@ -51,12 +51,7 @@ void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T
   using namespace scan_detail;
   check_scan_shape(s, parallel);
   const char* fn = "scan_bwd";
-  require_ptr(fn, "delta", delta);
-  require_ptr(fn, "u", u);
-  require_ptr(fn, "Bm", Bm);
-  require_ptr(fn, "Cm", Cm);
-  require_ptr(fn, "a_neg", a_neg);
-  require_ptr(fn, "D", D);
+  require_scan_inputs(fn, delta, u, Bm, Cm, a_neg, D);
   require_ptr(fn, "h_saved", h_saved);
   require_ptr(fn, "dy", dy);
   require_ptr(fn, "d_delta", d_delta);

@@ -225,6 +225,16 @@ BwdScratch carve_bwd_scratch(const ScanShape& s, void* scratch);
 // ---- host-side validation ----------------------------------------------------------
 // Null-pointer check with the launcher and argument named (mc::ConfigError).
 void require_ptr(const char* fn, const char* name, const void* p);
+// The inputs both directions take, checked in this order.
+inline void require_scan_inputs(const char* fn, const void* delta, const void* u, const void* Bm,
+                                const void* Cm, const float* a_neg, const float* D) {
+  require_ptr(fn, "delta", delta);
+  require_ptr(fn, "u", u);
+  require_ptr(fn, "Bm", Bm);
+  require_ptr(fn, "Cm", Cm);
+  require_ptr(fn, "a_neg", a_neg);
+  require_ptr(fn, "D", D);
+}
 // Raises the kernel's dynamic shared memory limit to `cap` (its worst case) when
 // a launch needs `bytes` > 48 KiB.
 void set_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name);

@@ -56,12 +56,7 @@ void scan_fwd(bool parallel, const ScanShape& s, const T* delta, const T* u, con
   using namespace scan_detail;
   check_scan_shape(s, parallel);
   const char* fn = "scan_fwd";
-  require_ptr(fn, "delta", delta);
-  require_ptr(fn, "u", u);
-  require_ptr(fn, "Bm", Bm);
-  require_ptr(fn, "Cm", Cm);
-  require_ptr(fn, "a_neg", a_neg);
-  require_ptr(fn, "D", D);
+  require_scan_inputs(fn, delta, u, Bm, Cm, a_neg, D);
   require_ptr(fn, "h", h);
   require_ptr(fn, "y", y);
   launch_scan_fwd<T>(parallel, s, FwdArgs<T>{s, delta, u, Bm, Cm, a_neg, D, h, h_saved, y},
