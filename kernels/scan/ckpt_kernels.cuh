@@ -51,6 +51,15 @@ namespace mc::kern::scan_detail {
 
 // ---- geometry shared by host and device --------------------------------------------
 constexpr int kCkptQ = 4;  // backward: steps per dB/dC reduction batch
+// Launch bounds. Blocks are 4 warps (ckpt_plan's default, the only one launched).
+// The backward asks for 3 resident blocks per SM at S = 4: 65536 registers / (3 ·
+// 128 threads) caps it at 168 registers, and 3 blocks' shared memory (76.3 KB each
+// at f32, d_state <= 16) fits the 228 KB carveout, so the 384 blocks of B 8,
+// d_inner 1536 run as one wave of 396 slots instead of 1.45 waves of 264 (f32 used
+// 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128) a block's
+// shared memory alone allows one per SM, so no register bound is asked.
+constexpr int kCkptMaxThreads = 128;
+constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 1; }
 
 struct CkptGeom {
   int lanes = 1;       // L
@@ -247,7 +256,7 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
 // ---- forward --------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = false).
 template <class T, int S, int L, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
+__global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
   const int CB = g.cb, DP = g.ds_pad;
@@ -363,7 +372,8 @@ __global__ void __launch_bounds__(256) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeo
 // ---- backward -------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = true).
 template <class T, int S, int L, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(256) ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
+__global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
+    ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int Q = kCkptQ;
   constexpr int CW = 32 / L;  // channels per warp
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
