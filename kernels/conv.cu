@@ -62,6 +62,9 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
       }
     }
     const float bd = bias[c.d];
+    // unrolled so that several steps' loads are in flight: one step's chain (load,
+    // 2·dc flops, SiLU, store) alone left the kernel latency-bound
+#pragma unroll 4
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t row = c.b * T_len + t;
       // shift + insert, then save: saved before the insert, the window would be off
@@ -183,10 +186,31 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
       dw[r] = 0.0f;
       gn[r] = r < dc - 1 ? conv_grad_at(du, sv, c.b, t1 + r, T_len, di, dc, c.d) : 0.0f;
     }
+    // Without saved windows the window W_t of the current step is kept in registers
+    // (win[k + pad] = tap k) and slid one step left per step: one new tap (xb or S0)
+    // per step instead of dc taps for pc_t and dc more for the weight gradient.
+    const bool rebuild = sv.windows == nullptr;
+    float win[kDC];
+#pragma unroll
+    for (int r = 0; r < kDC; ++r)
+      win[r] = rebuild && r >= pad ? window_tap(sv, c.b, t1 - 1, T_len, di, dc, c.d, r - pad) : 0.0f;
+    const float bd = rebuild ? sv.bias[c.d] : 0.0f;
     float db = 0.0f;
+#pragma unroll 4
     for (int64_t t = t1 - 1; t >= t0; --t) {
       const int64_t row = c.b * T_len + t;
-      const float g = conv_grad_at(du, sv, c.b, t, T_len, di, dc, c.d);
+      const int64_t idx = row * di + c.d;
+      float pct;
+      if (sv.pc) {
+        pct = dev::to_f32(sv.pc[idx]);
+      } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
+        float acc = bd;
+#pragma unroll
+        for (int r = 0; r < kDC; ++r)
+          if (r >= pad) acc += win[r] * wr[r];
+        pct = dev::round_f32<T>(acc);
+      }
+      const float g = dev::to_f32(du[idx]) * dev::silu_grad(pct);
       // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
       // (w[dc−1−j] sits at register kDC−1−j)
       float carry = 0.0f;
@@ -197,15 +221,21 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
       // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
       if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
       dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
-      if (sv.windows) {
-        const float* wt = sv.windows + (row * di + c.d) * dc;
+      if (!rebuild) {
+        const float* wt = sv.windows + idx * dc;
 #pragma unroll
         for (int r = 0; r < kDC; ++r)
           if (r >= pad) dw[r] += g * wt[r - pad];
       } else {
 #pragma unroll
         for (int r = 0; r < kDC; ++r)
-          if (r >= pad) dw[r] += g * window_tap(sv, c.b, t, T_len, di, dc, c.d, r - pad);
+          if (r >= pad) dw[r] += g * win[r];
+        // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
+        const float tap0 = t > t0 ? window_tap(sv, c.b, t - 1, T_len, di, dc, c.d, 0) : 0.0f;
+#pragma unroll
+        for (int r = kDC - 1; r >= 1; --r)  // constant register indices: no local memory
+          win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
+        win[0] = pad == 0 ? tap0 : 0.0f;
       }
       db += g;
 #pragma unroll

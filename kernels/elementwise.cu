@@ -1,6 +1,7 @@
 // elementwise.cu — kernels and launchers of elementwise.cuh. Every kernel is
-// a 64-bit grid-stride loop over independent outputs (1-D geometry of
-// launch_args.hpp). Explicit instantiations for float, __nv_bfloat16, __half.
+// a 64-bit grid-stride loop over independent outputs (1-D geometry of launch_args.hpp; the
+// [R, N] ones loop over rows and columns, no division per element). Explicit
+// instantiations for float, __nv_bfloat16, __half.
 #include "kernels/elementwise.cuh"
 
 #include "kernels/cuda_check.hpp"
@@ -16,6 +17,16 @@ using dev::to_f32;
 
 #define MC_GRID_LOOP(i, n) \
   for (int64_t i = dev::global_index(); i < (n); i += dev::grid_stride())
+
+// Row-major [R, N] loops without a division per element: blocks stride over the rows
+// (grid y) and over each row's columns (grid x); i = r·N + c. The 1-D loop above
+// needs i / N and i % N, 64-bit divisions that made the [R, d_inner] kernels
+// issue-bound (several times their memory time on the H200). Launch with
+// rows_cols_grid / rows_cols_block.
+#define MC_ROWS_COLS_LOOP(r, c, R, N)                                                    \
+  for (int64_t r = blockIdx.y; r < (R); r += gridDim.y)                                 \
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < (N);            \
+         c += int64_t(blockDim.x) * gridDim.x)
 
 // P [R, 2di] -> xb, z, gs [R, di]
 template <class T>
@@ -45,8 +56,9 @@ template <class T>
 __global__ void softplus_bias_fwd_kernel(const float* __restrict__ acc,
                                          const float* __restrict__ bias, int64_t R, int64_t di,
                                          T* __restrict__ delta_raw, T* __restrict__ delta) {
-  MC_GRID_LOOP(i, R * di) {
-    const T raw = from_f32<T>(acc[i] + bias[i % di]);
+  MC_ROWS_COLS_LOOP(r, d, R, di) {
+    const int64_t i = r * di + d;
+    const T raw = from_f32<T>(acc[i] + bias[d]);
     delta_raw[i] = raw;
     delta[i] = from_f32<T>(dev::softplus(to_f32(raw)));
   }
@@ -88,8 +100,8 @@ __global__ void gating_bwd_kernel(const T* __restrict__ dG, const T* __restrict_
 template <class T>
 __global__ void gate_fwd_kernel(const T* __restrict__ y, const T* __restrict__ z, int64_t ld_z,
                                 int64_t R, int64_t di, T* __restrict__ g) {
-  MC_GRID_LOOP(i, R * di) {
-    const int64_t r = i / di, d = i % di;
+  MC_ROWS_COLS_LOOP(r, d, R, di) {
+    const int64_t i = r * di + d;
     const T gs = from_f32<T>(dev::silu(to_f32(z[r * ld_z + d])));
     g[i] = from_f32<T>(to_f32(y[i]) * to_f32(gs));
   }
@@ -102,8 +114,8 @@ template <class T>
 __global__ void gate_bwd_kernel(const T* __restrict__ dG, const T* __restrict__ y,
                                 const T* __restrict__ z, int64_t ld_z, int64_t R, int64_t di,
                                 T* __restrict__ dY, T* __restrict__ dz, int64_t ld_dz) {
-  MC_GRID_LOOP(i, R * di) {
-    const int64_t r = i / di, d = i % di;
+  MC_ROWS_COLS_LOOP(r, d, R, di) {
+    const int64_t i = r * di + d;
     const float zv = to_f32(z[r * ld_z + d]);
     const T gs = from_f32<T>(dev::silu(zv));
     const float g = to_f32(dG[i]);
@@ -129,7 +141,7 @@ __global__ void add_inplace_kernel(T* __restrict__ a, const T* __restrict__ b, i
 template <class T>
 __global__ void bias_add_round_kernel(float* __restrict__ y, const float* __restrict__ bias,
                                       int64_t M, int64_t N) {
-  MC_GRID_LOOP(i, M * N) y[i] = dev::round_f32<T>(y[i] + bias[i % N]);
+  MC_ROWS_COLS_LOOP(r, c, M, N) y[r * N + c] = dev::round_f32<T>(y[r * N + c] + bias[c]);
 }
 
 template <class T>
@@ -228,7 +240,7 @@ void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g,
   require_ptr(k, "z", z);
   require_ptr(k, "g", g);
   if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
-  gate_fwd_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(y, z, ld_z, R, di, g);
+  gate_fwd_kernel<T><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(y, z, ld_z, R, di, g);
   MC_LAUNCH_CHECK("gate_fwd_kernel");
 }
 
@@ -244,7 +256,7 @@ void gate_bwd(const T* dG, const T* y, const T* z, int64_t ld_z, int64_t R, int6
   require_ptr(k, "dz", dz);
   if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
   if (ld_dz < di) fail_arg(k, "ld_dz", ld_dz, ">=", di, "row stride of dz");
-  gate_bwd_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(dG, y, z, ld_z, R, di, dY, dz,
+  gate_bwd_kernel<T><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(dG, y, z, ld_z, R, di, dY, dz,
                                                                 ld_dz);
   MC_LAUNCH_CHECK("gate_bwd_kernel");
 }
@@ -269,7 +281,7 @@ void softplus_bias_fwd(const float* acc, const float* bias, int64_t R, int64_t d
   require_ptr(k, "bias", bias);
   require_ptr(k, "delta_raw", delta_raw);
   require_ptr(k, "delta", delta);
-  softplus_bias_fwd_kernel<T><<<grid_1d(R * di), kBlock1D, 0, stream>>>(acc, bias, R, di,
+  softplus_bias_fwd_kernel<T><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(acc, bias, R, di,
                                                                         delta_raw, delta);
   MC_LAUNCH_CHECK("softplus_bias_fwd_kernel");
 }
@@ -344,7 +356,7 @@ void bias_add_round(float* y, const float* bias, int64_t M, int64_t N, cudaStrea
   require_rows_cols(k, M, "cols", N);
   require_ptr(k, "y", y);
   require_ptr(k, "bias", bias);
-  bias_add_round_kernel<T><<<grid_1d(M * N), kBlock1D, 0, stream>>>(y, bias, M, N);
+  bias_add_round_kernel<T><<<rows_cols_grid(M, N), rows_cols_block(N), 0, stream>>>(y, bias, M, N);
   MC_LAUNCH_CHECK("bias_add_round_kernel");
 }
 

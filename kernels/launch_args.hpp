@@ -28,6 +28,21 @@ inline unsigned grid_1d(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min(blocks, kMaxGrid1D)));
 }
 
+// Geometry of the [R, N] row loops (MC_ROWS_COLS_LOOP of elementwise.cu): a block
+// of whole warps covering up to kBlock1D columns (fewer for narrow rows), enough
+// blocks in x to cover a row, and up to 65535 rows in y (the loop strides over
+// the rest), the x·y product capped like grid_1d.
+inline unsigned rows_cols_block(int64_t N) {
+  const int64_t warps = std::max<int64_t>(1, std::min<int64_t>((N + 31) / 32, kBlock1D / 32));
+  return unsigned(32 * warps);
+}
+inline dim3 rows_cols_grid(int64_t R, int64_t N) {
+  const int64_t bx = std::max<int64_t>(
+      1, std::min<int64_t>((N + rows_cols_block(N) - 1) / rows_cols_block(N), kMaxGrid1D));
+  const int64_t by = std::max<int64_t>(1, std::min<int64_t>({R, int64_t(65535), kMaxGrid1D / bx}));
+  return dim3(unsigned(bx), unsigned(by));
+}
+
 [[noreturn]] inline void fail_arg(const char* kernel, const char* field, int64_t value,
                                   const char* relation, int64_t limit, const char* why = "") {
   std::ostringstream os;
