@@ -16,6 +16,10 @@ namespace mc::kern {
 namespace {
 
 constexpr int kDC = int(Limits::kMaxDConv);
+// The forward and backward kernels hold KDC registers per window (KDC = 4 for
+// d_conv <= 4, Mamba's usual width, else kDC): the same sums in the same order
+// either way (taps >= dc are skipped), in fewer registers for the narrow case.
+constexpr int kNarrowDC = 4;
 
 // Thread index -> (b, chunk, d) with d fastest (coalesced [.., di] accesses).
 struct ChunkCoord {
@@ -33,7 +37,7 @@ __device__ __forceinline__ ChunkCoord chunk_coord(int64_t i, int64_t n_chunks, i
 // Registers are right-aligned: slot kDC−1 holds the current input and tap
 // k of a width-dc window sits at register k + (kDC − dc), so every register
 // index is a compile-time constant for any runtime dc.
-template <class T>
+template <class T, int KDC>
 __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
                                        const float* __restrict__ w,
                                        const float* __restrict__ bias, int64_t B, int64_t T_len,
@@ -42,16 +46,16 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
                                        float* __restrict__ windows, T* __restrict__ pc,
                                        T* __restrict__ u) {
   const int64_t n = B * n_chunks * di;
-  const int pad = kDC - dc;  // registers [0, pad) are unused
+  const int pad = KDC - dc;  // registers [0, pad) are unused
   for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
     const ChunkCoord c = chunk_coord(i, n_chunks, di);
     const int64_t t0 = c.chunk * kConvChunk;
     const int64_t t1 = t0 + kConvChunk < T_len ? t0 + kConvChunk : T_len;
     const float* s0 = state0 + (c.b * di + c.d) * dc;
-    float wr[kDC], s[kDC];
+    float wr[KDC], s[KDC];
     // s = W_{t0−1}: tap k = xb[t0 − dc + k] if that index >= 0, else S0[t0 + k].
 #pragma unroll
-    for (int r = 0; r < kDC; ++r) {
+    for (int r = 0; r < KDC; ++r) {
       const int k = r - pad;
       wr[r] = 0.0f;
       s[r] = 0.0f;
@@ -62,24 +66,26 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
       }
     }
     const float bd = bias[c.d];
-    // unrolled so that several steps' loads are in flight: one step's chain (load,
-    // 2·dc flops, SiLU, store) alone left the kernel latency-bound
-#pragma unroll 4
+    // the next step's input is loaded one step ahead, so that a load is in flight
+    // while a step computes (one dependent load per step left the loop latency-bound)
+    T next = xb[(c.b * T_len + t0) * ld_x + c.d];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t row = c.b * T_len + t;
+      const T cur = next;
+      if (t + 1 < t1) next = xb[(row + 1) * ld_x + c.d];
       // shift + insert, then save: saved before the insert, the window would be off
       // by one step and flip the sign of the conv weight gradient
 #pragma unroll
-      for (int r = 0; r < kDC - 1; ++r) s[r] = s[r + 1];
-      s[kDC - 1] = dev::to_f32(xb[row * ld_x + c.d]);
+      for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
+      s[KDC - 1] = dev::to_f32(cur);
       float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
 #pragma unroll
-      for (int r = 0; r < kDC; ++r)
+      for (int r = 0; r < KDC; ++r)
         if (r >= pad) acc += s[r] * wr[r];
       if (windows) {
         float* wt = windows + (row * di + c.d) * dc;
 #pragma unroll
-        for (int r = 0; r < kDC; ++r)
+        for (int r = 0; r < KDC; ++r)
           if (r >= pad) wt[r - pad] = s[r];
       }
       if (pc) pc[row * di + c.d] = dev::from_f32<T>(acc);
@@ -164,24 +170,25 @@ __device__ __forceinline__ float conv_grad_at(const T* du, const ConvSaved<T>& s
 //   -> dxb [B, T, di] T, pw [B, n_chunks, di, dc] f32, pb [B, n_chunks, di] f32,
 //      d_state0 [B, di, dc] f32 (opt; written by the chunk-0 threads)
 // Right-aligned registers as in the forward: tap k of w at register k + pad.
-template <class T>
-__global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv,
+template <class T, int KDC>
+__global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
+    conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv,
                                        const float* __restrict__ w, int64_t B, int64_t T_len,
                                        int64_t di, int dc, int64_t n_chunks, T* __restrict__ dxb,
                                        int64_t ld_dx, float* __restrict__ pw,
                                        float* __restrict__ pb, float* __restrict__ d_state0,
                                        const float* __restrict__ d_state_T) {
   const int64_t n = B * n_chunks * di;
-  const int pad = kDC - dc;
+  const int pad = KDC - dc;
   for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
     const ChunkCoord c = chunk_coord(i, n_chunks, di);
     const int64_t t0 = c.chunk * kConvChunk;
     const int64_t t1 = t0 + kConvChunk < T_len ? t0 + kConvChunk : T_len;
     const float* wd = w + c.d * dc;
     const float* dsT = d_state_T ? d_state_T + (c.b * di + c.d) * dc : nullptr;
-    float wr[kDC], dw[kDC], gn[kDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
+    float wr[KDC], dw[KDC], gn[KDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
 #pragma unroll
-    for (int r = 0; r < kDC; ++r) {
+    for (int r = 0; r < KDC; ++r) {
       wr[r] = r >= pad ? wd[r - pad] : 0.0f;
       dw[r] = 0.0f;
       gn[r] = r < dc - 1 ? conv_grad_at(du, sv, c.b, t1 + r, T_len, di, dc, c.d) : 0.0f;
@@ -190,9 +197,9 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
     // (win[k + pad] = tap k) and slid one step left per step: one new tap (xb or S0)
     // per step instead of dc taps for pc_t and dc more for the weight gradient.
     const bool rebuild = sv.windows == nullptr;
-    float win[kDC];
+    float win[KDC];
 #pragma unroll
-    for (int r = 0; r < kDC; ++r)
+    for (int r = 0; r < KDC; ++r)
       win[r] = rebuild && r >= pad ? window_tap(sv, c.b, t1 - 1, T_len, di, dc, c.d, r - pad) : 0.0f;
     const float bd = rebuild ? sv.bias[c.d] : 0.0f;
     float db = 0.0f;
@@ -206,46 +213,46 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
       } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
         float acc = bd;
 #pragma unroll
-        for (int r = 0; r < kDC; ++r)
+        for (int r = 0; r < KDC; ++r)
           if (r >= pad) acc += win[r] * wr[r];
         pct = dev::round_f32<T>(acc);
       }
       const float g = dev::to_f32(du[idx]) * dev::silu_grad(pct);
       // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
-      // (w[dc−1−j] sits at register kDC−1−j)
+      // (w[dc−1−j] sits at register KDC−1−j)
       float carry = 0.0f;
 #pragma unroll
-      for (int j = kDC - 1; j >= 1; --j)
-        if (j < dc) carry += gn[j - 1] * wr[kDC - 1 - j];
-      float v = g * wr[kDC - 1] + carry;
+      for (int j = KDC - 1; j >= 1; --j)
+        if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
+      float v = g * wr[KDC - 1] + carry;
       // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
       if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
       dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
       if (!rebuild) {
         const float* wt = sv.windows + idx * dc;
 #pragma unroll
-        for (int r = 0; r < kDC; ++r)
+        for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * wt[r - pad];
       } else {
 #pragma unroll
-        for (int r = 0; r < kDC; ++r)
+        for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * win[r];
         // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
         const float tap0 = t > t0 ? window_tap(sv, c.b, t - 1, T_len, di, dc, c.d, 0) : 0.0f;
 #pragma unroll
-        for (int r = kDC - 1; r >= 1; --r)  // constant register indices: no local memory
+        for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
           win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
         win[0] = pad == 0 ? tap0 : 0.0f;
       }
       db += g;
 #pragma unroll
-      for (int j = kDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
+      for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
       gn[0] = g;
     }
     const int64_t prow = (c.b * n_chunks + c.chunk) * di + c.d;
     float* pwr = pw + prow * dc;
 #pragma unroll
-    for (int r = 0; r < kDC; ++r)
+    for (int r = 0; r < KDC; ++r)
       if (r >= pad) pwr[r - pad] = dw[r];
     pb[prow] = db;
     if (d_state0 && c.chunk == 0) {
@@ -254,7 +261,7 @@ __global__ void conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv
       for (int j = 0; j < dc; ++j) {
         float acc = 0.0f;
 #pragma unroll
-        for (int t = 0; t < kDC - 1; ++t)
+        for (int t = 0; t < KDC - 1; ++t)
           if (t < j) acc += gn[t] * wd[j - 1 - t];
         // slots j >= T of S0 are still in the final window, at position j - T
         if (dsT && j >= T_len) acc += dsT[j - T_len];
@@ -287,7 +294,9 @@ void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream) {
   const int64_t ld_x = p.ld_x ? p.ld_x : p.di;
   if (ld_x < p.di) fail_arg(k, "ld_x", ld_x, ">=", p.di, "row stride of xb");
   const int64_t n_chunks = conv_chunks(p.seq_len);
-  conv1d_silu_fwd_kernel<T><<<grid_1d(p.B * n_chunks * p.di), kBlock1D, 0, stream>>>(
+  auto* kern = p.dc <= kNarrowDC ? &conv1d_silu_fwd_kernel<T, kNarrowDC>
+                                 : &conv1d_silu_fwd_kernel<T, kDC>;
+  kern<<<grid_1d(p.B * n_chunks * p.di), kBlock1D, 0, stream>>>(
       p.xb, ld_x, p.w, p.bias, p.B, p.seq_len, p.di, int(p.dc), n_chunks, p.s0, p.windows, p.pc, p.u);
   MC_LAUNCH_CHECK("conv1d_silu_fwd_kernel");
   if (p.final_state) {  // after every window was built from S0 (final_state may alias s0)
@@ -350,7 +359,9 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   float* pw = p.scratch;             // [rows, di*dc]
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
-  conv1d_silu_bwd_kernel<T><<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
+  auto* kern = dc <= kNarrowDC ? &conv1d_silu_bwd_kernel<T, kNarrowDC>
+                               : &conv1d_silu_bwd_kernel<T, kDC>;
+  kern<<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
       p.du, sv, p.w, p.B, p.seq_len, di, int(dc), n_chunks, p.dxb, ld_dx, pw, pb, p.d_state0,
       p.d_state_T);
   MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");

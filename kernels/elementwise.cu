@@ -8,6 +8,9 @@
 #include "kernels/launch_args.hpp"
 #include "kernels/typed.cuh"
 
+#include <cstdint>
+#include <initializer_list>
+
 namespace mc::kern {
 
 namespace {
@@ -27,6 +30,41 @@ using dev::to_f32;
   for (int64_t r = blockIdx.y; r < (R); r += gridDim.y)                                 \
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < (N);            \
          c += int64_t(blockDim.x) * gridDim.x)
+
+// V consecutive elements moved as 16-byte words where V·sizeof(E) allows it (one
+// 16-byte access instead of V small ones: enough bytes in flight per thread for
+// these [R, d_inner] kernels to stream, where one 2-byte access per thread left them
+// latency-bound), element by element otherwise. The host picks V (vec_width) only
+// when every pointer is 16-byte aligned and every row length and stride is a
+// multiple of V; the arithmetic per element is the same for every V.
+template <class E, int V>
+struct alignas((V * sizeof(E)) % 16 == 0 ? 16 : sizeof(E)) Pack {
+  E e[V];
+};
+template <int V, class E>
+__device__ __forceinline__ Pack<E, V> load_pack(const E* p) {
+  Pack<E, V> x;
+  if constexpr ((V * sizeof(E)) % 16 == 0) {
+#pragma unroll
+    for (int j = 0; j < int(V * sizeof(E) / 16); ++j)
+      reinterpret_cast<uint4*>(&x)[j] = reinterpret_cast<const uint4*>(p)[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) x.e[j] = p[j];
+  }
+  return x;
+}
+template <int V, class E>
+__device__ __forceinline__ void store_pack(E* p, const Pack<E, V>& x) {
+  if constexpr ((V * sizeof(E)) % 16 == 0) {
+#pragma unroll
+    for (int j = 0; j < int(V * sizeof(E) / 16); ++j)
+      reinterpret_cast<uint4*>(p)[j] = reinterpret_cast<const uint4*>(&x)[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = x.e[j];
+  }
+}
 
 // P [R, 2di] -> xb, z, gs [R, di]
 template <class T>
@@ -52,26 +90,39 @@ __global__ void concat_halves_kernel(const T* __restrict__ dxb, const T* __restr
 }
 
 // acc [R, di] f32, bias [di] -> delta_raw, delta [R, di]
-template <class T>
+template <class T, int V>
 __global__ void softplus_bias_fwd_kernel(const float* __restrict__ acc,
                                          const float* __restrict__ bias, int64_t R, int64_t di,
                                          T* __restrict__ delta_raw, T* __restrict__ delta) {
-  MC_ROWS_COLS_LOOP(r, d, R, di) {
-    const int64_t i = r * di + d;
-    const T raw = from_f32<T>(acc[i] + bias[d]);
-    delta_raw[i] = raw;
-    delta[i] = from_f32<T>(dev::softplus(to_f32(raw)));
+  MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
+    const int64_t d = cv * V, i = r * di + d;
+    const Pack<float, V> a = load_pack<V>(acc + i);
+    Pack<T, V> raw, dl;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      raw.e[j] = from_f32<T>(a.e[j] + bias[d + j]);
+      dl.e[j] = from_f32<T>(dev::softplus(to_f32(raw.e[j])));
+    }
+    store_pack<V>(delta_raw + i, raw);
+    store_pack<V>(delta + i, dl);
   }
 }
 
-// delta_raw, d_delta [n] -> d_delta_raw [n]
-template <class T>
+// delta_raw, d_delta [n] -> d_delta_raw [n]  (n a multiple of V)
+template <class T, int V>
 __global__ void softplus_bwd_kernel(const T* __restrict__ delta_raw, const T* __restrict__ d_delta,
                                     int64_t n, T* __restrict__ d_delta_raw) {
-  MC_GRID_LOOP(i, n) {
-    const float x = to_f32(delta_raw[i]);
-    const float g = to_f32(d_delta[i]);
-    d_delta_raw[i] = from_f32<T>(x > 20.0f ? g : g * dev::sigmoid(x));
+  MC_GRID_LOOP(iv, n / V) {
+    const int64_t i = iv * V;
+    const Pack<T, V> xr = load_pack<V>(delta_raw + i), gr = load_pack<V>(d_delta + i);
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float x = to_f32(xr.e[j]);
+      const float g = to_f32(gr.e[j]);
+      out.e[j] = from_f32<T>(x > 20.0f ? g : g * dev::sigmoid(x));
+    }
+    store_pack<V>(d_delta_raw + i, out);
   }
 }
 
@@ -97,44 +148,72 @@ __global__ void gating_bwd_kernel(const T* __restrict__ dG, const T* __restrict_
 // y [R, di], z (row stride ld_z) -> g [R, di] = q(y·q(SiLU(z))): the gate SiLU
 // and the gating of F3/F4e in one pass, rounded exactly as split_gate_silu +
 // gating_fwd store them
-template <class T>
+template <class T, int V>
 __global__ void gate_fwd_kernel(const T* __restrict__ y, const T* __restrict__ z, int64_t ld_z,
                                 int64_t R, int64_t di, T* __restrict__ g) {
-  MC_ROWS_COLS_LOOP(r, d, R, di) {
-    const int64_t i = r * di + d;
-    const T gs = from_f32<T>(dev::silu(to_f32(z[r * ld_z + d])));
-    g[i] = from_f32<T>(to_f32(y[i]) * to_f32(gs));
+  MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
+    const int64_t d = cv * V, i = r * di + d;
+    const Pack<T, V> zv = load_pack<V>(z + r * ld_z + d), yv = load_pack<V>(y + i);
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const T gs = from_f32<T>(dev::silu(to_f32(zv.e[j])));
+      out.e[j] = from_f32<T>(to_f32(yv.e[j]) * to_f32(gs));
+    }
+    store_pack<V>(g + i, out);
   }
 }
 
 // dG, y [R, di], z (row stride ld_z) -> dY [R, di] = q(dG·gs), dz (row stride
 // ld_dz) = q(dG·y·SiLU'(z)), gs = q(SiLU(z)) recomputed: gating_bwd without the
 // saved gs and with dz written in place (the z half of the in_proj gradient)
-template <class T>
+template <class T, int V>
 __global__ void gate_bwd_kernel(const T* __restrict__ dG, const T* __restrict__ y,
                                 const T* __restrict__ z, int64_t ld_z, int64_t R, int64_t di,
                                 T* __restrict__ dY, T* __restrict__ dz, int64_t ld_dz) {
-  MC_ROWS_COLS_LOOP(r, d, R, di) {
-    const int64_t i = r * di + d;
-    const float zv = to_f32(z[r * ld_z + d]);
-    const T gs = from_f32<T>(dev::silu(zv));
-    const float g = to_f32(dG[i]);
-    dY[i] = from_f32<T>(g * to_f32(gs));
-    dz[r * ld_dz + d] = from_f32<T>(g * to_f32(y[i]) * dev::silu_grad(zv));
+  MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
+    const int64_t d = cv * V, i = r * di + d;
+    const Pack<T, V> zp = load_pack<V>(z + r * ld_z + d), gp = load_pack<V>(dG + i),
+                     yp = load_pack<V>(y + i);
+    Pack<T, V> dy, dzv;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float zv = to_f32(zp.e[j]);
+      const T gs = from_f32<T>(dev::silu(zv));
+      const float g = to_f32(gp.e[j]);
+      dy.e[j] = from_f32<T>(g * to_f32(gs));
+      dzv.e[j] = from_f32<T>(g * to_f32(yp.e[j]) * dev::silu_grad(zv));
+    }
+    store_pack<V>(dY + i, dy);
+    store_pack<V>(dz + r * ld_dz + d, dzv);
   }
 }
 
-// a [n] f32, b [n] T -> out [n] f32 (out may alias a: no __restrict__)
-template <class T>
+// a [n] f32, b [n] T -> out [n] f32 (out may alias a: no __restrict__); n a multiple of V
+template <class T, int V>
 __global__ void residual_add_kernel(const float* a, const T* __restrict__ b, int64_t n,
                                     float* out) {
-  MC_GRID_LOOP(i, n) out[i] = a[i] + to_f32(b[i]);
+  MC_GRID_LOOP(iv, n / V) {
+    const int64_t i = iv * V;
+    Pack<float, V> x = load_pack<V>(a + i);
+    const Pack<T, V> y = load_pack<V>(b + i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) x.e[j] = x.e[j] + to_f32(y.e[j]);
+    store_pack<V>(out + i, x);
+  }
 }
 
-// a [n] T (in/out), b [n] T
-template <class T>
+// a [n] T (in/out), b [n] T; n a multiple of V
+template <class T, int V>
 __global__ void add_inplace_kernel(T* __restrict__ a, const T* __restrict__ b, int64_t n) {
-  MC_GRID_LOOP(i, n) a[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+  MC_GRID_LOOP(iv, n / V) {
+    const int64_t i = iv * V;
+    Pack<T, V> x = load_pack<V>(a + i);
+    const Pack<T, V> y = load_pack<V>(b + i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) x.e[j] = from_f32<T>(to_f32(x.e[j]) + to_f32(y.e[j]));
+    store_pack<V>(a + i, x);
+  }
 }
 
 // y [M, N] f32 (in/out), bias [N]
@@ -144,15 +223,31 @@ __global__ void bias_add_round_kernel(float* __restrict__ y, const float* __rest
   MC_ROWS_COLS_LOOP(r, c, M, N) y[r * N + c] = dev::round_f32<T>(y[r * N + c] + bias[c]);
 }
 
-template <class T>
+// src [n] f32 -> dst [n] T; n a multiple of V
+template <class T, int V>
 __global__ void cast_from_f32_kernel(const float* __restrict__ src, int64_t n,
                                      T* __restrict__ dst) {
-  MC_GRID_LOOP(i, n) dst[i] = from_f32<T>(src[i]);
+  MC_GRID_LOOP(iv, n / V) {
+    const int64_t i = iv * V;
+    const Pack<float, V> x = load_pack<V>(src + i);
+    Pack<T, V> y;
+#pragma unroll
+    for (int j = 0; j < V; ++j) y.e[j] = from_f32<T>(x.e[j]);
+    store_pack<V>(dst + i, y);
+  }
 }
 
-template <class T>
+// src [n] T -> dst [n] f32; n a multiple of V
+template <class T, int V>
 __global__ void cast_to_f32_kernel(const T* __restrict__ src, int64_t n, float* __restrict__ dst) {
-  MC_GRID_LOOP(i, n) dst[i] = to_f32(src[i]);
+  MC_GRID_LOOP(iv, n / V) {
+    const int64_t i = iv * V;
+    const Pack<T, V> x = load_pack<V>(src + i);
+    Pack<float, V> y;
+#pragma unroll
+    for (int j = 0; j < V; ++j) y.e[j] = to_f32(x.e[j]);
+    store_pack<V>(dst + i, y);
+  }
 }
 
 // src [R, ld] cols [off, off+w) -> dst [R, w]
@@ -211,6 +306,22 @@ void require_rows_cols(const char* k, int64_t R, const char* cols_name, int64_t 
 
 void require_count(const char* k, int64_t n) { require_range(k, "n", n, 0, INT64_MAX); }
 
+// Elements per 16-byte word of the packed kernels: 4 f32, 8 bf16/f16.
+template <class T>
+constexpr int pack_width() {
+  return int(16 / sizeof(T));
+}
+// Whether a launch may move V elements at a time: every length / row stride a
+// multiple of V and every pointer 16-byte aligned (so every row start is too).
+bool packable(int V, std::initializer_list<int64_t> lengths,
+              std::initializer_list<const void*> ptrs) {
+  for (int64_t n : lengths)
+    if (n % V != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 void check_cols(const char* k, int64_t R, int64_t ld, int64_t off, int64_t w) {
   require_rows_cols(k, R, "width", w);
   require_range(k, "offset", off, 0, INT64_MAX);
@@ -240,7 +351,13 @@ void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g,
   require_ptr(k, "z", z);
   require_ptr(k, "g", g);
   if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
-  gate_fwd_kernel<T><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(y, z, ld_z, R, di, g);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {di, ld_z}, {y, z, g}))
+    gate_fwd_kernel<T, V><<<rows_cols_grid(R, di / V), rows_cols_block(di / V), 0, stream>>>(
+        y, z, ld_z, R, di, g);
+  else
+    gate_fwd_kernel<T, 1><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(y, z, ld_z,
+                                                                                     R, di, g);
   MC_LAUNCH_CHECK("gate_fwd_kernel");
 }
 
@@ -256,8 +373,13 @@ void gate_bwd(const T* dG, const T* y, const T* z, int64_t ld_z, int64_t R, int6
   require_ptr(k, "dz", dz);
   if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
   if (ld_dz < di) fail_arg(k, "ld_dz", ld_dz, ">=", di, "row stride of dz");
-  gate_bwd_kernel<T><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(dG, y, z, ld_z, R, di, dY, dz,
-                                                                ld_dz);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {di, ld_z, ld_dz}, {dG, y, z, dY, dz}))
+    gate_bwd_kernel<T, V><<<rows_cols_grid(R, di / V), rows_cols_block(di / V), 0, stream>>>(
+        dG, y, z, ld_z, R, di, dY, dz, ld_dz);
+  else
+    gate_bwd_kernel<T, 1><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(
+        dG, y, z, ld_z, R, di, dY, dz, ld_dz);
   MC_LAUNCH_CHECK("gate_bwd_kernel");
 }
 
@@ -281,8 +403,13 @@ void softplus_bias_fwd(const float* acc, const float* bias, int64_t R, int64_t d
   require_ptr(k, "bias", bias);
   require_ptr(k, "delta_raw", delta_raw);
   require_ptr(k, "delta", delta);
-  softplus_bias_fwd_kernel<T><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(acc, bias, R, di,
-                                                                        delta_raw, delta);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {di}, {acc, delta_raw, delta}))
+    softplus_bias_fwd_kernel<T, V><<<rows_cols_grid(R, di / V), rows_cols_block(di / V), 0,
+                                     stream>>>(acc, bias, R, di, delta_raw, delta);
+  else
+    softplus_bias_fwd_kernel<T, 1><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(
+        acc, bias, R, di, delta_raw, delta);
   MC_LAUNCH_CHECK("softplus_bias_fwd_kernel");
 }
 
@@ -295,7 +422,13 @@ void softplus_bwd(const T* delta_raw, const T* d_delta, int64_t n, T* d_delta_ra
   require_ptr(k, "delta_raw", delta_raw);
   require_ptr(k, "d_delta", d_delta);
   require_ptr(k, "d_delta_raw", d_delta_raw);
-  softplus_bwd_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(delta_raw, d_delta, n, d_delta_raw);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {n}, {delta_raw, d_delta, d_delta_raw}))
+    softplus_bwd_kernel<T, V><<<grid_1d(n / V), kBlock1D, 0, stream>>>(delta_raw, d_delta, n,
+                                                                       d_delta_raw);
+  else
+    softplus_bwd_kernel<T, 1><<<grid_1d(n), kBlock1D, 0, stream>>>(delta_raw, d_delta, n,
+                                                                   d_delta_raw);
   MC_LAUNCH_CHECK("softplus_bwd_kernel");
 }
 
@@ -335,7 +468,11 @@ void residual_add(const float* a, const T* b, int64_t n, float* out, cudaStream_
   require_ptr(k, "a", a);
   require_ptr(k, "b", b);
   require_ptr(k, "out", out);
-  residual_add_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(a, b, n, out);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {n}, {a, b, out}))
+    residual_add_kernel<T, V><<<grid_1d(n / V), kBlock1D, 0, stream>>>(a, b, n, out);
+  else
+    residual_add_kernel<T, 1><<<grid_1d(n), kBlock1D, 0, stream>>>(a, b, n, out);
   MC_LAUNCH_CHECK("residual_add_kernel");
 }
 
@@ -346,7 +483,11 @@ void add_inplace(T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   require_ptr(k, "a", a);
   require_ptr(k, "b", b);
-  add_inplace_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(a, b, n);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {n}, {a, b}))
+    add_inplace_kernel<T, V><<<grid_1d(n / V), kBlock1D, 0, stream>>>(a, b, n);
+  else
+    add_inplace_kernel<T, 1><<<grid_1d(n), kBlock1D, 0, stream>>>(a, b, n);
   MC_LAUNCH_CHECK("add_inplace_kernel");
 }
 
@@ -367,7 +508,11 @@ void cast_from_f32(const float* src, int64_t n, T* dst, cudaStream_t stream) {
   if (n == 0) return;
   require_ptr(k, "src", src);
   require_ptr(k, "dst", dst);
-  cast_from_f32_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(src, n, dst);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {n}, {src, dst}))
+    cast_from_f32_kernel<T, V><<<grid_1d(n / V), kBlock1D, 0, stream>>>(src, n, dst);
+  else
+    cast_from_f32_kernel<T, 1><<<grid_1d(n), kBlock1D, 0, stream>>>(src, n, dst);
   MC_LAUNCH_CHECK("cast_from_f32_kernel");
 }
 
@@ -378,7 +523,11 @@ void cast_to_f32(const T* src, int64_t n, float* dst, cudaStream_t stream) {
   if (n == 0) return;
   require_ptr(k, "src", src);
   require_ptr(k, "dst", dst);
-  cast_to_f32_kernel<T><<<grid_1d(n), kBlock1D, 0, stream>>>(src, n, dst);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {n}, {src, dst}))
+    cast_to_f32_kernel<T, V><<<grid_1d(n / V), kBlock1D, 0, stream>>>(src, n, dst);
+  else
+    cast_to_f32_kernel<T, 1><<<grid_1d(n), kBlock1D, 0, stream>>>(src, n, dst);
   MC_LAUNCH_CHECK("cast_to_f32_kernel");
 }
 

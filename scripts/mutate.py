@@ -632,14 +632,19 @@ def cmd_run(a):
                         {}, deadline)
     skipped = sum(r["skipped"] for r in res)
     passed = sum(r["passed"] for r in res)
-    out["control"] = {"pass": ok and skipped == 0 and passed > 0, "commands": res,
+    # every command must run tests of its own: a filter that matches nothing passes
+    # vacuously and would let every mutant it was meant to catch survive it
+    empty = [r["name"] for r in res if r["passed"] == 0 and not r["failed_tests"]]
+    out["control"] = {"pass": ok and skipped == 0 and passed > 0 and not empty, "commands": res,
                       "seconds": round(sum(r["seconds"] for r in res), 1), "skipped": skipped}
     log(f"mutate run: control {'PASS' if out['control']['pass'] else 'FAIL'} in "
         f"{out['control']['seconds']} s ({passed} tests, {skipped} skipped): " +
         ", ".join(f"{r['name']} {r['seconds']} s" for r in res))
     if not out["control"]["pass"]:
         out["control"]["why"] = (verdict_of(res) if not ok else
-                                 f"{skipped} test(s) skipped (no usable GPU?)" if skipped else "no tests ran")
+                                 f"{skipped} test(s) skipped (no usable GPU?)" if skipped else
+                                 f"command(s) {', '.join(empty)} ran no test (a gtest filter that "
+                                 "matches nothing?)" if empty else "no tests ran")
         out["mutants"] = []
         out["summary"] = {"total": len(manifest["mutants"]), "killed": 0, "survived": 0,
                           "not_run": len(manifest["mutants"]), "kill_rate": None}
@@ -710,6 +715,40 @@ def cmd_run(a):
     return 0
 
 
+def listed_tests(exe, args):
+    """The tests a gtest command line selects (--gtest_list_tests honours the filter;
+    no test body runs, so no GPU is needed)."""
+    keep = [x for x in args if x.startswith("--gtest_filter=")]
+    p = subprocess.run([exe, "--gtest_list_tests"] + keep, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    if p.returncode != 0:
+        raise RuntimeError(f"{exe} --gtest_list_tests failed (rc {p.returncode}): {p.stdout[-300:]}")
+    return [ln for ln in p.stdout.splitlines() if ln.startswith("  ") and ln.strip()]
+
+
+def cmd_check(a):
+    """Every command of the suite must select at least one test of its binary: a
+    filter that matches nothing passes vacuously (the `steps` filter once named
+    StepParity.* while the typed suite's tests are StepParity/<n>.*, and the step
+    kernels' mutants then met no step test on the GPU)."""
+    build = os.path.realpath(a.build)
+    with open(a.suite) as f:
+        suite = json.load(f)
+    bad = 0
+    for c in suite["commands"]:
+        exe = os.path.join(build, c["exe"])
+        if not os.path.exists(exe):
+            log(f"mutate check: {c['name']}: {exe} is not built")
+            bad += 1
+            continue
+        n = len(listed_tests(exe, c.get("args", [])))
+        log(f"mutate check: {c['name']}: {n} test(s) selected")
+        if n == 0:
+            log(f"mutate check: {c['name']}: its filter selects no test of {c['exe']}")
+            bad += 1
+    return 1 if bad else 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="mutation runner: build mutant kernel libraries here, "
                                 "run the fast GPU suite on each there (scripts/mutate.sh)")
@@ -731,6 +770,9 @@ def main(argv=None):
                         "(to complete a build staged without its kernel library)")
     lk.add_argument("dir", nargs="?", default=os.path.join(ROOT, "build-mutants"), help="what build staged")
     lk.add_argument("--out", required=True, help="where to write libmc_kernels.so")
+    ck = sub.add_parser("check", help="every suite command selects at least one test (no GPU needed)")
+    ck.add_argument("--build", default=os.path.join(ROOT, "build"), help="a build with the GPU test binaries")
+    ck.add_argument("--suite", default=os.path.join(ROOT, "validation", "mutants", "suite.json"))
     e = sub.add_parser("emulate", help="CPU-side prediction for the scan mutants (the emulated "
                        "dump and scan parity suite with each patch); no GPU")
     e.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build")
@@ -740,7 +782,8 @@ def main(argv=None):
                    "Cases/*f32_T70_ds16*:Cases/*di75*",
                    help="gtest filter of the emulated parity run when the dump is unchanged")
     a = p.parse_args(argv)
-    return {"build": cmd_build, "run": cmd_run, "link": cmd_link, "emulate": cmd_emulate}[a.cmd](a)
+    return {"build": cmd_build, "run": cmd_run, "link": cmd_link, "check": cmd_check,
+            "emulate": cmd_emulate}[a.cmd](a)
 
 
 if __name__ == "__main__":

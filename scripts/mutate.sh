@@ -19,6 +19,9 @@
 #       of the staged build with its libmc_kernels.so swapped in; killed/survived
 #       per mutant and the kill rate in DIR/mutation.json (default
 #       build-mutants/results), for reports/generate.py --mutation.
+#   scripts/mutate.sh check [--build build] [--suite validation/mutants/suite.json]
+#       no GPU: every suite command selects at least one test of its binary (a
+#       ctest, label cpu); the run also fails a control whose command ran no test.
 #   scripts/mutate.sh emulate [--build build] [--only id,...]
 #       a CPU-side prediction for the scan mutants, no GPU: each patch compiled
 #       into the CPU emulation of the scan kernels; killed when the emulated
