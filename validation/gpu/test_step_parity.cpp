@@ -424,8 +424,10 @@ TYPED_TEST(StepParity, GatingForwardBackward) {
 // F3 + F4e and B2 fused: z read in place from P [R, 2di] (row stride 2di), gs
 // recomputed, dz written into the z half of dP [R, 2di] (its x half untouched).
 // The same bits as split_gate_silu + gating_fwd / gating_bwd (the unfused path).
+// (d_inner 24 and 64: rows moved as 16-byte words, the others element by element)
 TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
-  for (const RowsDim sh : {RowsDim{1, 1}, RowsDim{13, 7}, RowsDim{20, 17}, RowsDim{300, 33}}) {
+  for (const RowsDim sh : {RowsDim{1, 1}, RowsDim{13, 7}, RowsDim{20, 17}, RowsDim{300, 33},
+                           RowsDim{40, 24}, RowsDim{130, 64}}) {
     const int64_t R = sh.R, di = sh.D, n = R * di;
     auto tb = this->bed(shape_tag({{"R", R}, {"di", di}}));
     const auto P = tb.in_typed("P", uniform(R * 2 * di, 94 + R, -8.0, 8.0));
@@ -464,23 +466,25 @@ TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
   }
 }
 
+// n = 4099: element by element; n = 4096: 16-byte words (pack_width of elementwise.cu)
 TYPED_TEST(StepParity, ResidualAddAndAddInplace) {  // f32 a + typed b -> f32; typed a += b
-  const int64_t n = 4099;
-  auto tb = this->bed("");
-  const auto a = tb.in("a", uniform(n, 101, -10.0, 10.0));
-  const auto b = tb.in_typed("b", uniform(n, 102, -1.0, 1.0));
-  const auto out = tb.out("residual_add", n);
-  const auto a2 = tb.inout("residual_add.in_place", tb.host(a));  // out aliases a (dH += dHn)
-  const auto c = tb.inout_typed("add_inplace", tb.host(a));       // dU += dU_x
-  tb.run([&](auto& h) {
-    ref::residual_add(h[a], h[b], n, h[out]);
-    ref::residual_add(h[a2], h[b], n, h[a2]);
-    ref::residual_add(h[c], h[b], n, h[c]);
-  }, [&](auto& d) {
-    kern::residual_add<TypeParam>(d[a], d[b], n, d[out], d.s);
-    kern::residual_add<TypeParam>(d[a2], d[b], n, d[a2], d.s);
-    kern::add_inplace<TypeParam>(d[c], d[b], n, d.s);
-  });
+  for (const int64_t n : {int64_t(4099), int64_t(4096)}) {
+    auto tb = this->bed(shape_tag({{"n", n}}));
+    const auto a = tb.in("a", uniform(n, 101, -10.0, 10.0));
+    const auto b = tb.in_typed("b", uniform(n, 102, -1.0, 1.0));
+    const auto out = tb.out("residual_add", n);
+    const auto a2 = tb.inout("residual_add.in_place", tb.host(a));  // out aliases a (dH += dHn)
+    const auto c = tb.inout_typed("add_inplace", tb.host(a));       // dU += dU_x
+    tb.run([&](auto& h) {
+      ref::residual_add(h[a], h[b], n, h[out]);
+      ref::residual_add(h[a2], h[b], n, h[a2]);
+      ref::residual_add(h[c], h[b], n, h[c]);
+    }, [&](auto& d) {
+      kern::residual_add<TypeParam>(d[a], d[b], n, d[out], d.s);
+      kern::residual_add<TypeParam>(d[a2], d[b], n, d[a2], d.s);
+      kern::add_inplace<TypeParam>(d[c], d[b], n, d.s);
+    });
+  }
 }
 
 TYPED_TEST(StepParity, GatherScatterColumnsAndDxdblAssembly) {
