@@ -26,24 +26,10 @@
 #include <random>
 #include <vector>
 
+#include "validation/gpu/probe_check.hpp"
+
 namespace {
 
-#define PROBE_CHECK(call)                                                                  \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
-#define PROBE_CUBLAS(call)                                                                 \
-  do {                                                                                     \
-    cublasStatus_t s_ = (call);                                                            \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-      std::fprintf(stderr, "%s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #call, int(s_)); \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 // Host conversions of one storage type: to double and correctly rounded from double.
 struct F16 {
@@ -120,6 +106,7 @@ void probe(cublasHandle_t h, cublasComputeType_t ct, const char* ct_name, int M,
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout (under a sanitizer)
   cublasHandle_t h;
   PROBE_CUBLAS(cublasCreate(&h));
   PROBE_CUBLAS(cublasSetMathMode(

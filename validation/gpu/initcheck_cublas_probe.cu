@@ -23,26 +23,10 @@
 #include <cstring>
 #include <vector>
 
+#include "validation/gpu/probe_check.hpp"
+
 namespace {
 
-#define PROBE_CHECK(call)                                                              \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,               \
-                   cudaGetErrorString(e_));                                            \
-      std::exit(2);                                                                    \
-    }                                                                                  \
-  } while (0)
-#define PROBE_CUBLAS(call)                                                             \
-  do {                                                                                 \
-    cublasStatus_t s_ = (call);                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-      std::fprintf(stderr, "%s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #call,  \
-                   int(s_));                                                           \
-      std::exit(2);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 // C [M, N] f32 row-major -> out [M] = Σ_n C[m, n] (n ascending)
 __global__ void sum_rows_kernel(const float* c, int M, int N, float* out) {
@@ -88,6 +72,7 @@ int probe(cublasHandle_t h, cublasComputeType_t ct, const char* name, int M, int
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout (under a sanitizer)
   const char* which = argc > 1 ? argv[1] : "both";
   const bool ped = !std::strcmp(which, "pedantic") || !std::strcmp(which, "both");
   const bool tc = !std::strcmp(which, "tensor-core") || !std::strcmp(which, "both");
