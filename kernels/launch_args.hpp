@@ -3,7 +3,9 @@
 // before launching, so a bad call is a clear mc::ConfigError naming the
 // kernel, the field, the value and the limit — never a silent no-op.
 //
-// Launch geometry is a pure function of the shape (determinism rule, docs/DESIGN.md).
+// Launch geometry is a pure function of the shape (determinism rule, docs/DESIGN.md); the
+// elementwise kernels' 16-byte packing also depends on pointer alignment, which cannot
+// change their bits (each output element is computed alone).
 #pragma once
 
 #include <cuda_runtime.h>
