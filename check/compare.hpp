@@ -31,6 +31,15 @@
 
 namespace mc::check {
 
+// Every element as a double (float, double or an MCA scalar): the form the
+// comparisons and statistics take their references in.
+template <class S>
+std::vector<double> to_double_vec(const std::vector<S>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = double(v[i]);
+  return r;
+}
+
 constexpr double kF32KLimit = 4.0;
 constexpr double kTypedKLimit = 2.0;
 

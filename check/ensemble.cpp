@@ -1,7 +1,6 @@
 // ensemble.cpp — the ensemble-baseline f32 rule (see ensemble.hpp).
 #include "check/ensemble.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,14 +42,6 @@ std::vector<double> oracle_target(const ModelInputs& in) {
 bool sizes_ok(const TensorSpec& s, size_t n) { return int64_t(n) >= s.offset + s.count; }
 
 }  // namespace
-
-void seed_mca(uint64_t seed, int run) {
-#pragma omp parallel
-  {
-    ref::Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(run) * 0x100000001b3ULL +
-                   uint64_t(omp_get_thread_num()) + 1);
-  }
-}
 
 References references(const ModelInputs& in, bool backward, uint64_t seed) {
   References r;

@@ -47,17 +47,6 @@ namespace mc::check {
 // Number of Monte Carlo arithmetic runs in the baseline ensemble (see above).
 constexpr int kMcaRuns = 8;
 
-template <class S>
-std::vector<double> to_double_vec(const std::vector<S>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = double(v[i]);
-  return r;
-}
-
-// Seeds every OpenMP thread's MCA stream from (problem seed, run, thread), so
-// a run is reproducible for a fixed OMP_NUM_THREADS.
-void seed_mca(uint64_t seed, int run);
-
 // The reference side of one case: O, and the baseline ensemble {P, MCA runs}.
 struct References {
   ModelOutputs<double> O;

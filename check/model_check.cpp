@@ -2,7 +2,6 @@
 // k-rule comparison (see model_check.hpp).
 #include "check/model_check.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -184,19 +183,11 @@ std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType stor
                                                uint64_t seed, bool backward) {
   std::vector<ModelOutputs<double>> out;
   for (int r = 0; r < runs; ++r) {
-#pragma omp parallel
-    {
-      ref::Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(r) * 0x100000001b3ULL +
-                     uint64_t(omp_get_thread_num()) + 1);
-    }
+    seed_mca(seed, r);
     const ModelOutputs<ref::Mca> m = oracle_run<ref::Mca>(in, storage, backward);
-    auto d = [](const std::vector<ref::Mca>& v) {
-      std::vector<double> x(v.size());
-      for (size_t i = 0; i < v.size(); ++i) x[i] = double(v[i]);
-      return x;
-    };
-    out.push_back({d(m.out), d(m.conv_final), d(m.ssm_final), d(m.grads), d(m.dX), d(m.d_conv0),
-                   d(m.d_ssm0)});
+    out.push_back({to_double_vec(m.out), to_double_vec(m.conv_final), to_double_vec(m.ssm_final),
+                   to_double_vec(m.grads), to_double_vec(m.dX), to_double_vec(m.d_conv0),
+                   to_double_vec(m.d_ssm0)});
   }
   return out;
 }

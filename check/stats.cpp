@@ -3,6 +3,8 @@
 // continued fractions / series, Numerical Recipes §6.2, §6.4; quantiles by bisection).
 #include "check/stats.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +12,8 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+
+#include "reference_cpu/mca_scalar.hpp"
 
 namespace mc::check {
 
@@ -263,6 +267,14 @@ StatResult stat_check(const double* K, const double* O, const float* P,
 StatResult stat_check(const double* K, const double* O, const double* P,
                       const std::vector<const double*>& ensemble, int64_t n) {
   return stat_impl(K, O, P, ensemble, n);
+}
+
+void seed_mca(uint64_t seed, int run) {
+#pragma omp parallel
+  {
+    ref::Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(run) * 0x100000001b3ULL +
+                   uint64_t(omp_get_thread_num()) + 1);
+  }
 }
 
 }  // namespace mc::check

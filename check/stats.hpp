@@ -98,4 +98,11 @@ StatResult stat_check(const double* K, const double* O, const float* P,
 StatResult stat_check(const double* K, const double* O, const double* P,
                       const std::vector<const double*>& ensemble, int64_t n);
 
+// The ensemble's runs: seeds every OpenMP thread's MCA stream
+// (reference_cpu/mca_scalar.hpp) from (problem seed, run, thread), so a run is
+// reproducible for a fixed OMP_NUM_THREADS. Every ensemble seeds through it (the
+// model and scan suites, the step testbed, check::references). No GPU code: the
+// emulated scan suite links it too.
+void seed_mca(uint64_t seed, int run);
+
 }  // namespace mc::check

@@ -29,7 +29,6 @@
 // that rounds (the upper bound fails). Printed: R and the normwise error in
 // units of u_dtype, ‖P − O‖₂ / (u_dtype·‖O‖₂), per tensor.
 #include <gtest/gtest.h>
-#include <omp.h>
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
@@ -84,15 +83,6 @@ check::Problem quantised_problem(const ModelConfig& cfg, int64_t B, int64_t T, u
   return p;
 }
 
-// Seeds every OpenMP thread's MCA stream (distinct per run and thread).
-void seed_mca(uint64_t seed, int run) {
-#pragma omp parallel
-  {
-    ref::Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(run) * 0x100000001b3ULL +
-                   uint64_t(omp_get_thread_num()) + 1);
-  }
-}
-
 struct TensorError {
   std::string name;
   int64_t n = 0;
@@ -115,7 +105,7 @@ Runs run_all(const check::Problem& p, DType p_storage, DType model_storage) {
   r.O = run_oracle<double>(p);
   r.P = run_oracle<float>(p, Storage{p_storage});
   for (int k = 0; k < kMcaRuns; ++k) {
-    seed_mca(p.seed, k);
+    check::seed_mca(p.seed, k);
     r.mca.push_back(run_oracle<ref::Mca>(p, Storage{model_storage}));
   }
   return r;

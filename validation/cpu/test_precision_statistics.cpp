@@ -63,12 +63,6 @@ template <class S>
 std::vector<S> as(const std::vector<float>& v) {
   return std::vector<S>(v.begin(), v.end());
 }
-template <class S>
-std::vector<double> to_double(const std::vector<S>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = double(v[i]);
-  return r;
-}
 
 // ---- the reference side of one computation ---------------------------------------------
 // f(tag) runs the computation in scalar decltype(tag) (double: O, float: P, Mca: one
@@ -82,14 +76,14 @@ struct References {
 template <class F>
 References references(F f, uint64_t seed) {
   References r;
-  r.O = to_double(f(double{}));
+  r.O = check::to_double_vec(f(double{}));
   r.P = [&] {
     auto p = f(float{});
     return std::vector<float>(p.begin(), p.end());
   }();
   for (int k = 0; k <= kRuns; ++k) {
     Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(k) + 1);
-    r.M.push_back(to_double(f(Mca{})));
+    r.M.push_back(check::to_double_vec(f(Mca{})));
   }
   return r;
 }

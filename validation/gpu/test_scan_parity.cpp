@@ -52,7 +52,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -332,13 +331,6 @@ ScanOutputs<S> run_oracle(const ScanInputs& in, DType round = DType::F32) {
 // Cases up to this many state updates (B·T·di·ds) get one (about a second each).
 constexpr int64_t kStatMaxWork = int64_t(1) << 21;
 
-template <class S>
-std::vector<double> as_double(const std::vector<S>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = double(v[i]);
-  return r;
-}
-
 // check::kStatRuns Monte Carlo arithmetic runs of run_oracle (run r seeded from
 // the case seed, r and the OpenMP thread): empty when the case is too large.
 std::vector<ScanOutputs<double>> mca_ensemble(const ScanInputs& in) {
@@ -346,24 +338,20 @@ std::vector<ScanOutputs<double>> mca_ensemble(const ScanInputs& in) {
   const ScanCase& c = in.c;
   if (c.B * c.T * c.di * c.ds > kStatMaxWork) return e;
   for (int r = 0; r < mc::check::kStatRuns; ++r) {
-#pragma omp parallel
-    {
-      mc::ref::Mca::seed(c.seed * 0x9e3779b97f4a7c15ULL + uint64_t(r) * 0x100000001b3ULL +
-                         uint64_t(omp_get_thread_num()) + 1);
-    }
+    mc::check::seed_mca(c.seed, r);
     const ScanOutputs<mc::ref::Mca> m = run_oracle<mc::ref::Mca>(in, c.dtype);
     ScanOutputs<double> d;
-    d.y = as_double(m.y);
-    d.saved = as_double(m.saved);
-    d.h_final = as_double(m.h_final);
-    d.d_delta = as_double(m.d_delta);
-    d.du = as_double(m.du);
-    d.dz = as_double(m.dz);
-    d.dB = as_double(m.dB);
-    d.dC = as_double(m.dC);
-    d.dD = as_double(m.dD);
-    d.dA_log = as_double(m.dA_log);
-    d.dh0 = as_double(m.dh0);
+    d.y = mc::check::to_double_vec(m.y);
+    d.saved = mc::check::to_double_vec(m.saved);
+    d.h_final = mc::check::to_double_vec(m.h_final);
+    d.d_delta = mc::check::to_double_vec(m.d_delta);
+    d.du = mc::check::to_double_vec(m.du);
+    d.dz = mc::check::to_double_vec(m.dz);
+    d.dB = mc::check::to_double_vec(m.dB);
+    d.dC = mc::check::to_double_vec(m.dC);
+    d.dD = mc::check::to_double_vec(m.dD);
+    d.dA_log = mc::check::to_double_vec(m.dA_log);
+    d.dh0 = mc::check::to_double_vec(m.dh0);
     e.push_back(std::move(d));
   }
   return e;

@@ -46,7 +46,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -421,11 +420,7 @@ class StepTestbed {
   // so a run is reproducible for a fixed OMP_NUM_THREADS.
   void seed_mca(int k) const {
     const uint64_t base = std::hash<std::string>{}(label_) ^ 0x5851f42d4c957f2dULL;
-#pragma omp parallel
-    {
-      ref::Mca::seed(base * 0x9e3779b97f4a7c15ULL + uint64_t(k) * 0x100000001b3ULL +
-                     uint64_t(omp_get_thread_num()) + 1);
-    }
+    check::seed_mca(base, k);
   }
 
   // Inputs and in/out tensors from their values, outputs NaN; then the kernel.
