@@ -86,15 +86,20 @@ ErrorSums error_sums(const TX* X, const double* O, int64_t n) {
   return r;
 }
 
-template <class TK, class TP>
-StatResult stat_impl(const TK* K, const double* O, const TP* P,
-                     const std::vector<const double*>& ens, int64_t n) {
-  StatResult s;
+// MAMBACHECK_STATS=report: every statistic printed, none enforced.
+bool stats_report_only() {
   static const bool report_only = [] {
     const char* e = std::getenv("MAMBACHECK_STATS");
     return e && std::strcmp(e, "report") == 0;
   }();
-  if (report_only) {
+  return report_only;
+}
+
+template <class TK, class TP>
+StatResult stat_impl(const TK* K, const double* O, const TP* P,
+                     const std::vector<const double*>& ens, int64_t n) {
+  StatResult s;
+  if (stats_report_only()) {
     s.enforced = false;
     s.note = "MAMBACHECK_STATS=report";
   }
@@ -239,6 +244,53 @@ double f_quantile(double p, double d1, double d2) {
 double chi2_quantile(double p, double k) {
   return invert([k](double x) { return incomplete_gamma_p(k / 2, x / 2); }, p, 0.0,
                 std::max(4.0, 2 * k));
+}
+
+int64_t poisson_upper_quantile(double lambda, double alpha) {
+  if (!(lambda > 0)) return 0;
+  // P(X > c) = P(X >= c + 1) = incomplete_gamma_p(c + 1, lambda), decreasing in c.
+  auto tail = [lambda](int64_t c) { return incomplete_gamma_p(double(c + 1), lambda); };
+  int64_t lo = -1, hi = int64_t(lambda) + 1;
+  while (tail(hi) > alpha) hi = 2 * hi + 1;
+  while (hi - lo > 1) {  // invariant: tail(lo) > alpha (or lo = -1), tail(hi) <= alpha
+    const int64_t mid = lo + (hi - lo) / 2;
+    (tail(mid) > alpha ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+namespace {
+bool same_value(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+}  // namespace
+
+AgreeResult storage_agreement(const float* K, const float* P,
+                              const std::vector<const double*>& runs, int64_t n) {
+  AgreeResult a;
+  if (stats_report_only()) {
+    a.enforced = false;
+    a.note = "MAMBACHECK_STATS=report";
+  }
+  a.n = n;
+  a.runs = int(runs.size());
+  if (runs.empty()) return a;
+  a.computed = true;
+  for (int64_t i = 0; i < n; ++i) a.mismatches += !same_value(K[i], P[i]);
+  for (const double* r : runs)
+    for (int64_t i = 0; i < n; ++i) a.run_mismatches += !same_value(r[i], P[i]);
+  a.lambda_up = chi2_quantile(1 - kStatAlpha, 2.0 * double(a.run_mismatches + 1)) / (2.0 * a.runs);
+  a.limit = poisson_upper_quantile(kAgreeAllowance * a.lambda_up, kStatAlpha);
+  a.pass = a.mismatches <= a.limit;
+  return a;
+}
+
+std::string AgreeResult::summary() const {
+  if (!computed) return "";
+  std::ostringstream os;
+  os << " | agree" << (pass ? "" : " FAIL") << (enforced ? "" : " (reported only)")
+     << ": K!=P " << mismatches << " of " << n << " (lim " << limit << "; runs "
+     << fmt(double(run_mismatches) / runs) << " each, r=" << runs << ")";
+  if (!note.empty()) os << " [" << note << "]";
+  return os.str();
 }
 
 std::string StatResult::summary() const {

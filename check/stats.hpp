@@ -33,6 +33,20 @@
 //    (k_rms_limit = ρ_limit · rms_M / rms_P).
 // α = kStatAlpha per statistic and tensor.
 //
+//  * Storage agreement (typed outputs of a step only): the number c of elements
+//    where K differs from P. P rounds at the kernel's storage points, so a kernel
+//    that follows them differs from P only where its f32 arithmetic puts the
+//    pre-store value on the other side of a rounding boundary: rare (about
+//    |discrepancy| / spacing, ~2^-16 per f32-ulp of discrepancy in bf16). One
+//    storage rounding more or less, or another rounding direction, moves a large
+//    fraction of the elements. The null is measured, not assumed: r runs of the
+//    oracle in Monte Carlo arithmetic with round-to-nearest stores
+//    (ref::McaStore::Nearest: conforming implementations that differ from P in
+//    their f32 arithmetic only) give S = Σ_j c_j; their mean count per run has the
+//    exact (Garwood) upper bound λ⁺ = χ²_{2(S+1)}(1 − α) / (2r). Limit: c <= the
+//    Poisson quantile at 1 − α of kAgreeAllowance · λ⁺ (the allowance: a kernel's
+//    f32 discrepancy may be a few times the ensemble's, e.g. libm within 2 ulp).
+//
 // MAMBACHECK_STATS=report in the environment computes and prints everything but
 // enforces nothing (StatResult::enforced = false): a diagnostic switch for a run
 // that must not fail on the statistics; the default enforces them.
@@ -51,6 +65,14 @@ constexpr double kStatAlpha = 1e-6;
 // Allowance of the RMS limit for a kernel's own (equally valid) summation order.
 constexpr double kStatOrderAllowance = 1.5;
 
+// Allowance of the storage agreement limit: a conforming kernel's mean count of
+// elements on the other side of a rounding boundary, as a multiple of the
+// round-to-nearest ensemble's.
+constexpr double kAgreeAllowance = 4.0;
+
+// Round-to-nearest-store Monte Carlo runs of the storage agreement check.
+constexpr int kAgreeRuns = 4;
+
 // Monte Carlo arithmetic runs per ensemble where a suite builds one itself (the
 // f32 model harness uses its existing kMcaRuns = 8).
 constexpr int kStatRuns = 12;
@@ -63,6 +85,8 @@ double student_t_quantile(double p, double nu);  // p in (0, 1)
 double f_cdf(double x, double d1, double d2);
 double f_quantile(double p, double d1, double d2);
 double chi2_quantile(double p, double k);
+// Smallest c with P(X > c) <= alpha for X ~ Poisson(lambda).
+int64_t poisson_upper_quantile(double lambda, double alpha);
 
 struct StatResult {
   bool computed = false;   // an ensemble was given
@@ -97,6 +121,26 @@ StatResult stat_check(const double* K, const double* O, const float* P,
                       const std::vector<const double*>& ensemble, int64_t n);
 StatResult stat_check(const double* K, const double* O, const double* P,
                       const std::vector<const double*>& ensemble, int64_t n);
+
+// Storage agreement of one typed output (see the header): K and P as stored
+// (dtype values held in float), runs: kAgreeRuns round-to-nearest-store Monte
+// Carlo runs (dtype values held in double).
+struct AgreeResult {
+  bool computed = false;  // runs were given
+  bool enforced = true;   // false: reported only (the caller says why in `note`)
+  std::string note;
+  int runs = 0;             // r
+  int64_t n = 0;
+  int64_t mismatches = 0;   // c: elements with K != P
+  int64_t run_mismatches = 0;  // S: the runs' elements != P, all runs together
+  double lambda_up = 0;     // λ⁺, per run
+  int64_t limit = 0;        // Poisson quantile at 1 − α of kAgreeAllowance · λ⁺
+  bool pass = true;
+  bool ok() const { return pass || !enforced || !computed; }
+  std::string summary() const;  // " | agree: K!=P 3 of 4096 (lim 41; runs 0.75 each)"
+};
+AgreeResult storage_agreement(const float* K, const float* P,
+                              const std::vector<const double*>& runs, int64_t n);
 
 // The ensemble's runs: seeds every OpenMP thread's MCA stream
 // (reference_cpu/mca_scalar.hpp) from (problem seed, run, thread), so a run is

@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "core/config.hpp"
+#include "core/storage.hpp"
 
 namespace mc::ref {
 
@@ -93,8 +94,33 @@ inline Mca exp(Mca a) { return Mca::raw(Mca::perturb(std::exp(a.v), 4 * Mca::uni
 inline Mca log1p(Mca a) { return Mca::raw(Mca::perturb(std::log1p(a.v), 4 * Mca::unit())); }
 inline Mca sqrt(Mca a) { return Mca::rounded(std::sqrt(a.v)); }
 
-// Storage::q on an MCA value: one perturbation of the storage type's unit roundoff.
+// How Storage::q rounds an MCA value. Random (the default): one perturbation of
+// the storage type's unit roundoff, as above. Nearest: round to nearest through
+// f32, as a kernel stores: a run is then one realisation of a float
+// implementation that follows the storage points exactly and differs only in its
+// f32 arithmetic (the runs of the storage agreement check, check/stats.hpp).
+// Process-wide, so that every OpenMP thread sees it: set it (ScopedMcaStore)
+// outside parallel regions.
+enum class McaStore { Random, Nearest };
+inline McaStore& mca_store_mode() {
+  static McaStore m = McaStore::Random;
+  return m;
+}
+class ScopedMcaStore {
+ public:
+  explicit ScopedMcaStore(McaStore m) : old_(mca_store_mode()) { mca_store_mode() = m; }
+  ~ScopedMcaStore() { mca_store_mode() = old_; }
+  ScopedMcaStore(const ScopedMcaStore&) = delete;
+  ScopedMcaStore& operator=(const ScopedMcaStore&) = delete;
+
+ private:
+  McaStore old_;
+};
+
+// Storage::q on an MCA value (mca_store_mode() says how).
 inline Mca round_to(DType t, Mca x) {
+  if (t != DType::F32 && mca_store_mode() == McaStore::Nearest)
+    return Mca::raw(double(::mc::round_to(t, float(x.v))));
   switch (t) {
     case DType::F32: return x;
     case DType::BF16: return Mca::raw(Mca::perturb(x.v, 0x1p-8));

@@ -878,7 +878,10 @@ def mutation_section(mut):
     out.append(f"**Kill rate {fmt(100 * rate) + ' %' if rate is not None else 'n/a'}**: "
                f"{s.get('killed', 0)} killed, {s.get('survived', 0)} survived"
                + (f", {s.get('not_run')} not run" if s.get("not_run") else "")
-               + f" of {s.get('total', 0)} mutants.")
+               + f" of {s.get('total', 0)} mutants"
+               + (f"; {s.get('equivalent_survivors')} of the survivors are equivalent (explained below), "
+                  f"so **{fmt(100 * num(s.get('kill_rate_non_equivalent')))} %** of the mutants a test "
+                  "could see were killed." if s.get("kill_rate_non_equivalent") is not None else "."))
     out.append("")
     ms = mut.get("mutants", [])
     fams = {}

@@ -248,8 +248,56 @@ def build_one(m, units, work, jobs, ccache):
 
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         list(ex.map(compile_unit, affected))
-    return {"seconds": round(time.time() - t0, 1), "units": [u["rel"] for u in affected],
+    info = {"seconds": round(time.time() - t0, 1), "units": [u["rel"] for u in affected],
             "obj_dir": os.path.join(wdir, "obj")}
+    # For a mutant meant to be invisible (another bit pattern, or believed
+    # equivalent): does it change the device code at all?
+    if m["kind"] in ("bits", "equivalent-candidate"):
+        info["device_code_identical"] = device_code_identical(m, affected, src_root, wdir)
+    return info
+
+
+def cubin_argv(u, src, include_first, out):
+    """u's compile line turned into one that writes the device code alone: a cubin for
+    the first real architecture, without line tables (they name the source's path)."""
+    argv, arch, skip = [], None, False
+    for x in u["argv"]:
+        if skip:
+            skip = False
+            continue
+        if x == "-o":
+            skip = True
+            continue
+        if x in ("-c", "-lineinfo", "-G"):
+            continue
+        m = re.match(r"--generate-code=arch=compute_(\d+a?),code=", x) or re.match(r"-arch=sm_(\d+a?)$", x)
+        if m:
+            arch = arch or m.group(1)
+            continue
+        argv.append(os.path.realpath(src) if os.path.realpath(x) == u["src"] else x)
+    if arch is None:
+        raise RuntimeError(f"{u['rel']}: no --generate-code in its compile line")
+    if include_first:
+        argv = argv[:1] + ["-I" + include_first] + argv[1:]
+    return argv + [f"-arch=sm_{arch}", "-cubin", "-o", out]
+
+
+def device_code_identical(m, units, src_root, wdir):
+    """True when every unit mutant m recompiles has byte-identical device code with and
+    without the patch: the mutant is then equivalent by construction (its host code is
+    the unmutated one's: the patches change kernel bodies)."""
+    for u in units:
+        mine = os.path.join(src_root, u["rel"])
+        outs = []
+        for tag, src, inc in (("orig", u["src"], None),
+                              ("mut", mine if os.path.exists(mine) else u["src"], src_root)):
+            out = os.path.join(wdir, "cubin", tag, u["rel"] + ".cubin")
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            run(cubin_argv(u, src, inc, out), cwd=u["cwd"])
+            outs.append(out)
+        if not filecmp_same(*outs):
+            return False
+    return True
 
 
 def cmd_build(a):
@@ -331,8 +379,17 @@ def cmd_build(a):
         shutil.copy2(os.path.join(ROOT, "validation", "mutants", m["patch"]), os.path.join(out, "patches"))
         entry = {k: m[k] for k in ("id", "family", "kind", "what", "expect", "equivalent", "files", "patch")}
         entry.update({"seconds": info["seconds"], "units": info["units"]})
+        if "device_code_identical" in info:
+            entry["device_code_identical"] = info["device_code_identical"]
+            if info["device_code_identical"]:
+                entry["equivalent"] = ((entry["equivalent"] + " ") if entry["equivalent"] else "") + (
+                    "Proven: with the patch, the compiled device code of " + ", ".join(info["units"]) +
+                    " is byte-identical to the unmutated one's (mutate.sh build compares the cubins).")
         manifest["mutants"].append(entry)
-        log(f"  {m['id']:40s} {info['seconds']:6.1f} s  {len(info['units'])} unit(s)")
+        log(f"  {m['id']:40s} {info['seconds']:6.1f} s  {len(info['units'])} unit(s)" +
+            ("" if "device_code_identical" not in info else
+             "  device code IDENTICAL (equivalent)" if info["device_code_identical"] else
+             "  device code differs"))
         shutil.rmtree(os.path.join(work, m["id"]), ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
     log("mutate build: packing the objects (one solid xz archive)")
@@ -668,6 +725,8 @@ def cmd_run(a):
 
     def one(m):
         e = {k: m.get(k, "") for k in ("id", "family", "kind", "what", "expect", "equivalent")}
+        if "device_code_identical" in m:
+            e["device_code_identical"] = m["device_code_identical"]
         if time.time() + min(ctrl_total, 20) > deadline:
             e.update(status="not_run", why="time budget")
             return e
@@ -702,8 +761,14 @@ def cmd_run(a):
     killed = sum(e["status"] == "killed" for e in entries)
     survived = sum(e["status"] == "survived" for e in entries)
     not_run = sum(e["status"] in ("not_run", "error") for e in entries)
+    # equivalent: a survivor the patch list explains as unobservable (# equivalent:
+    # line, or device code proven identical); the others are the suite's gaps
+    equivalent = sum(e["status"] == "survived" and bool(e["equivalent"]) for e in entries)
+    judged = killed + survived - equivalent
     out["summary"] = {"total": len(entries), "killed": killed, "survived": survived, "not_run": not_run,
-                      "kill_rate": round(killed / (killed + survived), 4) if killed + survived else None}
+                      "kill_rate": round(killed / (killed + survived), 4) if killed + survived else None,
+                      "equivalent_survivors": equivalent,
+                      "kill_rate_non_equivalent": round(killed / judged, 4) if judged else None}
     write()
     for sub in ("slots", "objs", "libs"):
         shutil.rmtree(os.path.join(d, sub), ignore_errors=True)

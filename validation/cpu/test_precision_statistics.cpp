@@ -14,7 +14,12 @@
 //       dA = exp(δ·A), instead of within 2 ulp (the ensemble models libm as within
 //       ±4u and the RMS limit allows a kernel's own summation order 1.5x, so in
 //       SiLU the threshold is about ±16u: printed, at the edge);
+//     * one storage rounding more or less (the storage agreement check): the
+//       dt_proj epilogue's softplus of the unrounded raw, the conv's SiLU of the
+//       rounded pre-activation, a toward-zero store; the k-rule passes them;
 //   controls that must PASS
+//     * the same stores after other f32 arithmetic (a stable softplus formula, a
+//       contracted sum): the storage agreement check passes;
 //     * an equally accurate reordering of a sum: the scan's y = Σ_n h·C summed in
 //       descending n, the GEMM's k-sum reversed, the recurrence with one fused
 //       multiply-add;
@@ -466,6 +471,129 @@ TEST(PrecisionStatistics, LessAccurateExpIsDetected) {
     detected = detected || !s.pass;
   }
   EXPECT_TRUE(detected) << "a 16u-class exp in the recurrence went unnoticed";
+}
+
+// ---- negative control 3: one storage rounding more or less (storage agreement) ------------
+
+// kAgreeRuns runs of f in Monte Carlo arithmetic with round-to-nearest stores.
+template <class F>
+std::vector<std::vector<double>> nearest_store_runs(F f, uint64_t seed) {
+  ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
+  std::vector<std::vector<double>> runs;
+  for (int k = 0; k < check::kAgreeRuns; ++k) {
+    Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(k) + 0x51);
+    runs.push_back(check::to_double_vec(f(Mca{})));
+  }
+  return runs;
+}
+
+check::AgreeResult agreement_of(const std::vector<float>& K, const References& r,
+                                const std::vector<std::vector<double>>& runs) {
+  std::vector<const double*> ptrs;
+  for (const auto& v : runs) ptrs.push_back(v.data());
+  return check::storage_agreement(K.data(), r.P.data(), ptrs, int64_t(K.size()));
+}
+
+TEST(PrecisionStatistics, StorageAgreementSeesOneRoundingMoreOrLess) {
+  // the dt_proj epilogue in bf16: raw = q(a + b), delta = q(softplus(raw)), both
+  // stored; a in (−6, 3) as the GEMM leaves it (f32), b bf16
+  const int64_t n = 8192;
+  const auto acc = uniform(n, 61, -6, 3), bias = uniform(n, 62, -1, 1, DType::BF16);
+  const DType q = DType::BF16;
+  auto f = [&](auto tag) {
+    using S = decltype(tag);
+    using std::exp;
+    using std::log1p;
+    std::vector<S> delta(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const S raw = store(q, S(acc[size_t(i)]) + S(bias[size_t(i)]));
+      delta[size_t(i)] = store(q, raw > S(20) ? raw : log1p(exp(raw)));
+    }
+    return delta;
+  };
+  const References r = references(f, 13);
+  const auto runs = nearest_store_runs(f, 13);
+  auto softplus_stable = [](float x) {  // max(x, 0) + log1p(e^−|x|): as accurate, other f32 bits
+    return std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)));
+  };
+  std::vector<float> conforming(static_cast<size_t>(n)), unrounded(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float pre = acc[size_t(i)] + bias[size_t(i)];
+    conforming[size_t(i)] = round_to(q, softplus_stable(round_to(q, pre)));
+    unrounded[size_t(i)] = round_to(q, softplus_stable(pre));  // raw's store skipped
+  }
+  const check::AgreeResult ok = agreement_of(conforming, r, runs);
+  std::cout << "  softplus, another f32 formula, same stores:" << ok.summary() << "\n";
+  EXPECT_TRUE(ok.pass) << ok.summary();
+  const check::AgreeResult bad = agreement_of(unrounded, r, runs);
+  const auto k = k_rule_of("delta", unrounded, r, 0, n, q);
+  print("softplus of the unrounded raw", k, stats_of(unrounded, r, 0, n));
+  std::cout << "   " << bad.summary() << "\n";
+  EXPECT_TRUE(k.pass) << "the point of this control: the k-rule cannot see it. " << k.summary();
+  EXPECT_FALSE(bad.pass) << bad.summary();
+
+  // the conv forward's output in bf16: u = q(SiLU(pc)) with pc the f32 sum (also
+  // stored, q(pc)); the fault: u = q(SiLU(q(pc))), one rounding more
+  auto g = [&](auto tag) {
+    using S = decltype(tag);
+    using std::exp;
+    std::vector<S> u(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const S pc = S(acc[size_t(i)]) * S(bias[size_t(i)]) + S(bias[size_t((i + 1) % n)]);
+      u[size_t(i)] = store(q, pc / (S(1) + exp(-pc)));
+    }
+    return u;
+  };
+  const References rg = references(g, 17);
+  const auto runs_g = nearest_store_runs(g, 17);
+  std::vector<float> conv_ok(static_cast<size_t>(n)), conv_bad(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float pc = std::fma(acc[size_t(i)], bias[size_t(i)], bias[size_t((i + 1) % n)]);
+    auto silu = [](float x) { return x / (1.0f + std::exp(-x)); };
+    conv_ok[size_t(i)] = round_to(q, silu(pc));  // contracted: other f32 bits, same stores
+    conv_bad[size_t(i)] = round_to(q, silu(round_to(q, pc)));
+  }
+  const check::AgreeResult cok = agreement_of(conv_ok, rg, runs_g);
+  std::cout << "  SiLU of a contracted sum, same stores:" << cok.summary() << "\n";
+  EXPECT_TRUE(cok.pass) << cok.summary();
+  const check::AgreeResult cbad = agreement_of(conv_bad, rg, runs_g);
+  const auto kc = k_rule_of("u", conv_bad, rg, 0, n, q);
+  print("SiLU of the rounded pre-activation", kc, stats_of(conv_bad, rg, 0, n));
+  std::cout << "   " << cbad.summary() << "\n";
+  EXPECT_TRUE(kc.pass) << kc.summary();
+  EXPECT_FALSE(cbad.pass) << cbad.summary();
+  // a biased store is another kind of fault the check sees
+  std::vector<float> rz(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float pc = acc[size_t(i)] * bias[size_t(i)] + bias[size_t((i + 1) % n)];
+    rz[size_t(i)] = bf16_toward_zero(pc / (1.0f + std::exp(-pc)));
+  }
+  EXPECT_FALSE(agreement_of(rz, rg, runs_g).pass);
+}
+
+TEST(PrecisionStatistics, PoissonQuantileAndAgreementLimit) {
+  // P(X > c) <= α at the quantile and > α one below it
+  for (double lam : {0.0, 0.5, 3.45, 13.8, 200.0, 5e4}) {
+    const int64_t c = check::poisson_upper_quantile(lam, 1e-6);
+    if (lam == 0) {
+      EXPECT_EQ(c, 0);
+      continue;
+    }
+    EXPECT_LE(check::incomplete_gamma_p(double(c + 1), lam), 1e-6) << lam;
+    if (c > 0) EXPECT_GT(check::incomplete_gamma_p(double(c), lam), 1e-6) << lam;
+  }
+  // no boundary case in the runs: λ⁺ = χ²_2(1 − α) / (2r) = −ln(α) / r
+  const std::vector<float> K(100, 1.0f), P(100, 1.0f);
+  const std::vector<double> run(100, 1.0);
+  const std::vector<const double*> runs(size_t(check::kAgreeRuns), run.data());
+  const check::AgreeResult a = check::storage_agreement(K.data(), P.data(), runs, 100);
+  EXPECT_NEAR(a.lambda_up, -std::log(check::kStatAlpha) / check::kAgreeRuns, 1e-6);
+  EXPECT_EQ(a.mismatches, 0);
+  EXPECT_TRUE(a.pass);
+  std::vector<float> K2 = K;
+  for (int64_t i = 0; i <= a.limit && i < 100; ++i) K2[size_t(i)] = 2.0f;
+  EXPECT_FALSE(check::storage_agreement(K2.data(), P.data(), runs, 100).pass);
+  EXPECT_FALSE(check::storage_agreement(K.data(), P.data(), {}, 100).computed);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 //   M  check::kStatRuns Monte Carlo arithmetic runs of the same oracle call
 //      (reference_cpu/mca_scalar.hpp: every operation and every typed store
 //      randomly rounded), the ensemble of the statistical checks;
+//   A  check::kAgreeRuns more such runs with round-to-nearest stores (typed only),
 //   K  the kernel on the GPU,
 // and checks every output against the rule of check/compare.hpp
 //   max|K − O| <= k_limit · max|P − O| + 2 ulp(max|O|)
@@ -20,7 +21,12 @@
 // casts, single roundings), or both. Every k-rule output also gets the
 // statistical checks of check/stats.hpp against M (bias and magnitude bias in
 // units of the ensemble's noise, RMS against its derived limit); it passes when
-// both do (KRuleResult::verdict()).
+// both do (KRuleResult::verdict()). Every typed k-rule output also gets the
+// storage agreement check (check::storage_agreement): K may differ from P, which
+// rounds at the same storage points, at no more elements than check::kAgreeRuns
+// Monte Carlo runs with round-to-nearest stores (A: conforming implementations
+// that differ from P only in their f32 arithmetic) make plausible. It sees one
+// typed rounding more or less, which the statistics above allow.
 //
 // Storage, the tag of a tensor's handle (so a launcher's pointer types check):
 //   F32      float on the device, never rounded;
@@ -287,9 +293,13 @@ class StepTestbed {
         for (const ref::Mca& x : mk[i]) out.push_back(double(typed_store ? round_to(kDType, x) : x));
       }
     }
+    const std::vector<std::vector<std::vector<double>>> a = agreement_runs(oracle);  // [run][tensor]
     for (size_t i = 0; i < recs_.size(); ++i) {
       Rec& r = recs_[i];
       if (!r.output) continue;
+      r.A.clear();
+      if (agreement_checked(r))
+        for (const auto& run : a) r.A.push_back(run[i]);
       r.O = std::move(o[i]);
       r.P = std::move(p[i]);
       if (r.rounded) r.P = quantised(std::move(r.P));
@@ -323,6 +333,17 @@ class StepTestbed {
         ::testing::Test::RecordProperty("k." + n, std::to_string(res.k));
         ::testing::Test::RecordProperty("k_rms." + n, std::to_string(res.stats.k_rms));
         EXPECT_TRUE(res.verdict()) << res.summary();
+      }
+      if (agreement_checked(r)) {
+        std::vector<const double*> runs;
+        for (const auto& ar : r.A) runs.push_back(ar.data());
+        const check::AgreeResult ag =
+            check::storage_agreement(r.K.data(), r.P.data(), runs, int64_t(r.K.size()));
+        std::cout << "  " << n << ag.summary() << "\n";
+        ::testing::Test::RecordProperty("agree." + n, std::to_string(ag.mismatches));
+        EXPECT_TRUE(ag.ok()) << n << ": the kernel's typed stores differ from P's (the same "
+                             << "storage points) at more elements than a conforming f32 "
+                             << "implementation would" << ag.summary();
       }
       if (r.check != Check::KRule) expect_same(n + " (bitwise P, the same roundings)", r.K, r.P);
     }
@@ -368,6 +389,7 @@ class StepTestbed {
     std::vector<float> init, P, K;
     std::vector<double> O;
     std::vector<std::vector<double>> M;  // the ensemble runs (outputs)
+    std::vector<std::vector<double>> A;  // the storage agreement runs (typed k-rule outputs)
     gpu::DeviceBuffer<float> f;
     gpu::DeviceBuffer<T> t;
   };
@@ -407,8 +429,48 @@ class StepTestbed {
          << (typed ? to_string(kDType) : "f32") << " ulps (max|P-O| " << ep << ", max|O| " << om
          << ")";
     }
+    if (agreement_checked(r)) {
+      std::vector<const double*> runs;
+      for (const auto& ar : r.A) runs.push_back(ar.data());
+      const check::AgreeResult ag = check::storage_agreement(r.P.data(), r.P.data(), runs,
+                                                             int64_t(r.P.size()));
+      os << "; storage agreement K != P at <= " << ag.limit << " elements (runs "
+         << double(ag.run_mismatches) / ag.runs << " each)";
+    }
     if (r.check != Check::KRule) os << "; bitwise K == P";
     return os.str();
+  }
+
+  // A typed output judged by a k-rule gets the storage agreement check (a bitwise
+  // one is already held to K == P).
+  static bool agreement_checked(const Rec& r) {
+    return r.output && r.rounded && kDType != DType::F32 && r.check == Check::KRule;
+  }
+  // check::kAgreeRuns runs of the oracle call in Monte Carlo arithmetic with
+  // round-to-nearest stores (every output; empty when no output is checked).
+  template <class Oracle>
+  std::vector<std::vector<std::vector<double>>> agreement_runs(Oracle& oracle) const {
+    if (std::none_of(recs_.begin(), recs_.end(), agreement_checked)) return {};
+    ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
+    std::vector<std::vector<std::vector<double>>> runs(size_t(check::kAgreeRuns));
+    for (int k = 0; k < check::kAgreeRuns; ++k) {
+      std::vector<std::vector<ref::Mca>> mk(recs_.size());
+      for (size_t i = 0; i < recs_.size(); ++i) {
+        const std::vector<float> start = o_start(i);
+        mk[i].assign(start.begin(), start.end());
+      }
+      seed_mca(check::kStatRuns + k);
+      HostSide<ref::Mca> hm(mk, kDType);
+      oracle(hm);
+      runs[size_t(k)].resize(recs_.size());
+      for (size_t i = 0; i < recs_.size(); ++i) {
+        auto& out = runs[size_t(k)][i];
+        out.reserve(mk[i].size());
+        for (const ref::Mca& x : mk[i])
+          out.push_back(double(recs_[i].rounded ? round_to(kDType, x) : x));
+      }
+    }
+    return runs;
   }
 
   // A tensor's start values on the host side: its init values, 0 for an output.
