@@ -178,6 +178,7 @@ std::string KRuleResult::summary() const {
     os << " NONFINITE(P)=" << baseline.nonfinite << " first@" << baseline.first_nonfinite;
   if (kernel.ref_nonfinite > 0)
     os << " NONFINITE(O)=" << kernel.ref_nonfinite << " first@" << kernel.first_ref_nonfinite;
+  if (baseline_source != "P") os << " e_P from " << baseline_source << " (k_P=" << fmt_g(k_P) << ")";
   if (!pass && stats.computed) os << " (k-rule FAIL)";
   os << stats.summary();
   return os.str();

@@ -78,6 +78,11 @@ struct KRuleResult {
   double headroom = 0;   // kernel.max_abs / bound (<= 1 passes), llm.c style
   bool pass = false;     // the k-rule's verdict
   StatResult stats;      // the statistical checks, when an ensemble was given (stats.hpp)
+  // Where the rule's baseline error came from: "P", or the conforming run whose
+  // error was the largest (model_check.hpp, typed rule with baseline runs), and
+  // k against P alone then (-1: P was the baseline).
+  std::string baseline_source = "P";
+  double k_P = -1;
   // The tensor's verdict: the k-rule and the statistical checks (where computed
   // and enforced).
   bool verdict() const { return pass && stats.ok(); }

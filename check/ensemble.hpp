@@ -30,8 +30,10 @@
 // P as the baseline; a tensor passes when both the k-rule and the statistics
 // do (KRuleResult::verdict()).
 //
-// The bf16/f16 rule stays P-only (model_check.hpp compare_model): P carries
-// the storage rounding there, which dominates the arithmetic noise.
+// The bf16/f16 rule (model_check.hpp compare_model) takes its e_P over P and
+// conforming runs with round-to-nearest stores (check::conforming_runs): P
+// carries the storage rounding there, and Monte Carlo runs with random stores
+// would be noisier than any pipeline that rounds to nearest.
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,8 @@
 // (directional f64 gradient checks of the backbone and of every step, OpenMP
 // thread-count invariance) and the GPU-vs-oracle comparison of every tensor
 // of the catalogue (f32: the ensemble rule of check/ensemble.hpp, the same as
-// the model-level GPU suites; bf16/f16: the P-only k = 2 rule of the
-// precision suite), on the built-in configs or on user shapes. Every check
+// the model-level GPU suites; bf16/f16: the k = 2 rule of the precision
+// suite, e_P over P and conforming runs, check/model_check.hpp), on the built-in configs or on user shapes. Every check
 // ends as pass, FAIL, not run (with the reason) or n/a; the exit status says
 // which (options.hpp), and a run that checked nothing never exits 0.
 #include <omp.h>
@@ -277,11 +277,13 @@ void run_gpu_check(Summary& s, const Case& c, uint64_t seed, DType dtype, ScanMo
     if (verbose) std::fputs(mc.report().c_str(), stdout);
     if (!mc.pass()) std::fputs(mc.report(true).c_str(), stdout);
   } else {
-    // The P-only k = 2 rule of the precision suite.
+    // The k = 2 rule of the precision suite: e_P over P and the conforming runs.
     const auto O = check::oracle_run<double>(in, DType::F32);
     const auto P = check::oracle_run<float>(in, dtype);
-    const check::Comparison cmp = check::compare_model(label, in, K, O, P);
-    for (const auto& r : cmp.tensors) ts.push_back({r, "P", r.k});
+    const auto N = check::conforming_runs(in, dtype, check::kTypedBaselineRuns, seed);
+    const check::Comparison cmp = check::compare_model(label, in, K, O, P, nullptr, &N);
+    for (const auto& r : cmp.tensors)
+      ts.push_back({r, r.baseline_source, r.k_P < 0 ? r.k : r.k_P});
     if (verbose) std::fputs(cmp.report().c_str(), stdout);
     if (!cmp.pass()) std::fputs(cmp.report(true).c_str(), stdout);
   }

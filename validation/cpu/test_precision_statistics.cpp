@@ -580,7 +580,9 @@ TEST(PrecisionStatistics, PoissonQuantileAndAgreementLimit) {
       continue;
     }
     EXPECT_LE(check::incomplete_gamma_p(double(c + 1), lam), 1e-6) << lam;
-    if (c > 0) EXPECT_GT(check::incomplete_gamma_p(double(c), lam), 1e-6) << lam;
+    if (c > 0) {
+      EXPECT_GT(check::incomplete_gamma_p(double(c), lam), 1e-6) << lam;
+    }
   }
   // no boundary case in the runs: λ⁺ = χ²_2(1 − α) / (2r) = −ln(α) / r
   const std::vector<float> K(100, 1.0f), P(100, 1.0f);

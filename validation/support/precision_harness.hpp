@@ -283,11 +283,13 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // O and P once, then K and the comparison per scan mode (check_finite on).
 // Rows go to the JSON collector; nothing is asserted here.
-// stat_runs: the ensemble size of the statistical checks (0: none).
+// stat_runs: the ensemble size of the statistical checks (0: none); baseline_runs:
+// the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone).
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
                                         const std::vector<ScanMode>& scans,
-                                        int stat_runs = check::kStatRuns) {
+                                        int stat_runs = check::kStatRuns,
+                                        int baseline_runs = check::kTypedBaselineRuns) {
   PrecisionCase pc;
   pc.shape = check::describe(cfg, B, T);
   pc.dtype = dtype;
@@ -302,6 +304,8 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   t0 = std::chrono::steady_clock::now();
   const std::vector<check::ModelOutputs<double>> M =
       check::mca_ensemble(in, dtype, stat_runs, seed);
+  const std::vector<check::ModelOutputs<double>> N =
+      check::conforming_runs(in, dtype, baseline_runs, seed);
   pc.seconds_M = seconds_since(t0);
   for (ScanMode m : scans) {
     t0 = std::chrono::steady_clock::now();
@@ -320,7 +324,7 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
     pc.comparisons.push_back(check::compare_model(
         pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
             " gemm=" + to_string(precision_tier(dtype)),
-        in, K, O, P, stat_runs > 0 ? &M : nullptr));
+        in, K, O, P, stat_runs > 0 ? &M : nullptr, baseline_runs > 0 ? &N : nullptr));
     PrecisionJson::instance().add(pc.comparisons.back(), dtype, pc.shape, m, seed);
   }
   return pc;
