@@ -382,7 +382,8 @@ def cmd_build(a):
         if "device_code_identical" in info:
             entry["device_code_identical"] = info["device_code_identical"]
             if info["device_code_identical"]:
-                entry["equivalent"] = ((entry["equivalent"] + " ") if entry["equivalent"] else "") + (
+                prior = entry["equivalent"].rstrip()
+                entry["equivalent"] = ((prior + ("" if prior.endswith(".") else ".") + " ") if prior else "") + (
                     "Proven: with the patch, the compiled device code of " + ", ".join(info["units"]) +
                     " is byte-identical to the unmutated one's (mutate.sh build compares the cubins).")
         manifest["mutants"].append(entry)
