@@ -494,6 +494,25 @@ check::AgreeResult agreement_of(const std::vector<float>& K, const References& r
   return check::storage_agreement(K.data(), r.P.data(), ptrs, int64_t(K.size()));
 }
 
+// `conforming` (the same stores after other f32 arithmetic) passes the storage
+// agreement check; `faulty` (one storage rounding more or less) fails it, while the
+// k-rule passes it (the point of the control). The statistics are printed.
+void expect_agreement_separates(const std::string& what_ok, const std::vector<float>& conforming,
+                                const std::string& what_bad, const std::vector<float>& faulty,
+                                const References& r, const std::vector<std::vector<double>>& runs,
+                                DType q) {
+  const int64_t n = int64_t(faulty.size());
+  const check::AgreeResult ok = agreement_of(conforming, r, runs);
+  std::cout << "  " << what_ok << ":" << ok.summary() << "\n";
+  EXPECT_TRUE(ok.pass) << what_ok << ok.summary();
+  const check::AgreeResult bad = agreement_of(faulty, r, runs);
+  const auto k = k_rule_of(what_bad, faulty, r, 0, n, q);
+  print(what_bad, k, stats_of(faulty, r, 0, n));
+  std::cout << "   " << bad.summary() << "\n";
+  EXPECT_TRUE(k.pass) << "the point of this control: the k-rule cannot see it. " << k.summary();
+  EXPECT_FALSE(bad.pass) << what_bad << bad.summary();
+}
+
 TEST(PrecisionStatistics, StorageAgreementSeesOneRoundingMoreOrLess) {
   // the dt_proj epilogue in bf16: raw = q(a + b), delta = q(softplus(raw)), both
   // stored; a in (−6, 3) as the GEMM leaves it (f32), b bf16
@@ -522,15 +541,8 @@ TEST(PrecisionStatistics, StorageAgreementSeesOneRoundingMoreOrLess) {
     conforming[size_t(i)] = round_to(q, softplus_stable(round_to(q, pre)));
     unrounded[size_t(i)] = round_to(q, softplus_stable(pre));  // raw's store skipped
   }
-  const check::AgreeResult ok = agreement_of(conforming, r, runs);
-  std::cout << "  softplus, another f32 formula, same stores:" << ok.summary() << "\n";
-  EXPECT_TRUE(ok.pass) << ok.summary();
-  const check::AgreeResult bad = agreement_of(unrounded, r, runs);
-  const auto k = k_rule_of("delta", unrounded, r, 0, n, q);
-  print("softplus of the unrounded raw", k, stats_of(unrounded, r, 0, n));
-  std::cout << "   " << bad.summary() << "\n";
-  EXPECT_TRUE(k.pass) << "the point of this control: the k-rule cannot see it. " << k.summary();
-  EXPECT_FALSE(bad.pass) << bad.summary();
+  expect_agreement_separates("softplus, another f32 formula, same stores", conforming,
+                             "softplus of the unrounded raw", unrounded, r, runs, q);
 
   // the conv forward's output in bf16: u = q(SiLU(pc)) with pc the f32 sum (also
   // stored, q(pc)); the fault: u = q(SiLU(q(pc))), one rounding more
@@ -553,15 +565,8 @@ TEST(PrecisionStatistics, StorageAgreementSeesOneRoundingMoreOrLess) {
     conv_ok[size_t(i)] = round_to(q, silu(pc));  // contracted: other f32 bits, same stores
     conv_bad[size_t(i)] = round_to(q, silu(round_to(q, pc)));
   }
-  const check::AgreeResult cok = agreement_of(conv_ok, rg, runs_g);
-  std::cout << "  SiLU of a contracted sum, same stores:" << cok.summary() << "\n";
-  EXPECT_TRUE(cok.pass) << cok.summary();
-  const check::AgreeResult cbad = agreement_of(conv_bad, rg, runs_g);
-  const auto kc = k_rule_of("u", conv_bad, rg, 0, n, q);
-  print("SiLU of the rounded pre-activation", kc, stats_of(conv_bad, rg, 0, n));
-  std::cout << "   " << cbad.summary() << "\n";
-  EXPECT_TRUE(kc.pass) << kc.summary();
-  EXPECT_FALSE(cbad.pass) << cbad.summary();
+  expect_agreement_separates("SiLU of a contracted sum, same stores", conv_ok,
+                             "SiLU of the rounded pre-activation", conv_bad, rg, runs_g, q);
   // a biased store is another kind of fault the check sees
   std::vector<float> rz(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
