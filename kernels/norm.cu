@@ -11,73 +11,71 @@ namespace mc::kern {
 
 namespace {
 
-constexpr int kMaxNormThreads = 512;
+// One warp per row, kNormRowsPerBlock rows per block. A row's sum is each lane's
+// strided partial (i = lane, lane + 32, ...), then an xor butterfly over the 32
+// lanes: a pure function of D, the same bits in every lane and every run, and no
+// block barrier on the row's critical path (the previous block-per-row tree of
+// up to 512 threads spent most of its time in ten barriers).
+constexpr int kNormRowsPerBlock = 8;
 constexpr int64_t kMaxNormGrid = int64_t(1) << 20;
 
-// Block size: next power of two >= D, clamped to [32, kMaxNormThreads]; a pure
-// function of D so the summation tree (and the bits) depend on the shape only.
-int norm_threads(int64_t D) {
-  int t = 32;
-  while (t < D && t < kMaxNormThreads) t *= 2;
-  return t;
+unsigned norm_grid(int64_t R) {
+  const int64_t blocks = (R + kNormRowsPerBlock - 1) / kNormRowsPerBlock;
+  return unsigned(blocks < kMaxNormGrid ? blocks : kMaxNormGrid);
 }
 
-unsigned norm_grid(int64_t R) { return unsigned(R < kMaxNormGrid ? R : kMaxNormGrid); }
-
-// Sum of v over the block (blockDim.x a power of two) with a fixed halving tree;
-// every thread gets the total. sm has blockDim.x floats.
-__device__ float block_sum(float v, float* sm) {
-  sm[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s >= 1; s >>= 1) {
-    if (int(threadIdx.x) < s) sm[threadIdx.x] += sm[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float total = sm[0];
-  __syncthreads();  // sm is reused by the caller's next block_sum
-  return total;
+// Sum of v over the warp (xor butterfly, offsets 16 .. 1); every lane gets the total.
+__device__ float warp_row_sum(float v) {
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
-// One block per row (grid-stride over rows).
+// The rows a warp serves: r = blockIdx.x·rows_per_block + warp, grid-stride.
+#define MC_NORM_ROWS_LOOP(r, R)                                                          \
+  for (int64_t r = int64_t(blockIdx.x) * kNormRowsPerBlock + (threadIdx.x >> 5); r < (R); \
+       r += int64_t(gridDim.x) * kNormRowsPerBlock)
+
 //   x [R, D] f32, g [D] -> y [R, D] T, rms [R] f32
 template <class T>
-__global__ void rmsnorm_fwd_kernel(const float* __restrict__ x, const float* __restrict__ g,
-                                   int64_t R, int64_t D, float eps, T* __restrict__ y,
-                                   float* __restrict__ rms) {
-  __shared__ float sm[kMaxNormThreads];
-  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+__global__ void __launch_bounds__(32 * kNormRowsPerBlock)
+    rmsnorm_fwd_kernel(const float* __restrict__ x, const float* __restrict__ g, int64_t R,
+                       int64_t D, float eps, T* __restrict__ y, float* __restrict__ rms) {
+  const int lane = int(threadIdx.x & 31);
+  MC_NORM_ROWS_LOOP(r, R) {
     const float* xr = x + r * D;
     float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
-    const float total = block_sum(ss, sm);
+#pragma unroll 4
+    for (int64_t i = lane; i < D; i += 32) ss += xr[i] * xr[i];
+    const float total = warp_row_sum(ss);
     const float rr = sqrtf(total / float(D) + eps);
     const float inv = 1.0f / rr;
-    if (threadIdx.x == 0) rms[r] = rr;
+    if (lane == 0) rms[r] = rr;
     T* yr = y + r * D;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
-      yr[i] = dev::from_f32<T>((xr[i] * inv) * g[i]);
+#pragma unroll 4
+    for (int64_t i = lane; i < D; i += 32) yr[i] = dev::from_f32<T>((xr[i] * inv) * g[i]);
   }
 }
 
-// One block per row (grid-stride over rows).
 //   dy [R, D] T, x [R, D] f32, g [D], rms [R] -> dx [R, D] f32, partials [R, D] = dy·x̂
 // kAccumulate: dx += the gradient (the residual path of B8 in the same pass),
 // added as one f32 sum of the rounded gradient, like a separate residual add.
 template <class T, bool kAccumulate>
-__global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __restrict__ x,
-                                   const float* __restrict__ g, const float* __restrict__ rms,
-                                   int64_t R, int64_t D, float* __restrict__ dx,
-                                   float* __restrict__ partials) {
-  __shared__ float sm[kMaxNormThreads];
-  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+__global__ void __launch_bounds__(32 * kNormRowsPerBlock)
+    rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __restrict__ x,
+                       const float* __restrict__ g, const float* __restrict__ rms, int64_t R,
+                       int64_t D, float* __restrict__ dx, float* __restrict__ partials) {
+  const int lane = int(threadIdx.x & 31);
+  MC_NORM_ROWS_LOOP(r, R) {
     const float inv = 1.0f / rms[r];
     const T* dyr = dy + r * D;
     const float* xr = x + r * D;
     float dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
-      dot += dev::to_f32(dyr[i]) * (xr[i] * inv) * g[i];
-    const float m = block_sum(dot, sm) / float(D);
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+#pragma unroll 4
+    for (int64_t i = lane; i < D; i += 32) dot += dev::to_f32(dyr[i]) * (xr[i] * inv) * g[i];
+    const float m = warp_row_sum(dot) / float(D);
+#pragma unroll 4
+    for (int64_t i = lane; i < D; i += 32) {
       const float d = dev::to_f32(dyr[i]);
       const float xh = xr[i] * inv;
       const float v = __fmul_rn(g[i] * d - xh * m, inv);  // no contraction into the add
@@ -86,6 +84,8 @@ __global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __rest
     }
   }
 }
+
+#undef MC_NORM_ROWS_LOOP
 
 void check_norm_shape(const char* k, int64_t R, int64_t D) {
   require_positive(k, "rows", R);
@@ -104,8 +104,8 @@ void rmsnorm_fwd(const float* x, const float* g, int64_t R, int64_t D, double ep
   require_ptr(k, "g", g);
   require_ptr(k, "y", y);
   require_ptr(k, "rms", rms);
-  rmsnorm_fwd_kernel<T><<<norm_grid(R), norm_threads(D), 0, stream>>>(x, g, R, D, float(eps), y,
-                                                                      rms);
+  rmsnorm_fwd_kernel<T><<<norm_grid(R), 32 * kNormRowsPerBlock, 0, stream>>>(x, g, R, D,
+                                                                          float(eps), y, rms);
   MC_LAUNCH_CHECK("rmsnorm_fwd_kernel");
 }
 
@@ -128,11 +128,11 @@ void rmsnorm_bwd_impl(const T* dy, const float* x, const float* g, const float* 
   require_ptr(k, "scratch", scratch);
   float* partials = scratch;
   if (accumulate)
-    rmsnorm_bwd_kernel<T, true><<<norm_grid(R), norm_threads(D), 0, stream>>>(dy, x, g, rms, R, D,
-                                                                              dx, partials);
+    rmsnorm_bwd_kernel<T, true><<<norm_grid(R), 32 * kNormRowsPerBlock, 0, stream>>>(
+        dy, x, g, rms, R, D, dx, partials);
   else
-    rmsnorm_bwd_kernel<T, false><<<norm_grid(R), norm_threads(D), 0, stream>>>(dy, x, g, rms, R, D,
-                                                                               dx, partials);
+    rmsnorm_bwd_kernel<T, false><<<norm_grid(R), 32 * kNormRowsPerBlock, 0, stream>>>(
+        dy, x, g, rms, R, D, dx, partials);
   MC_LAUNCH_CHECK("rmsnorm_bwd_kernel");
   reduce_sum_axis0(partials, R, D, dg, /*accumulate=*/true, partials + R * D, stream);
 }
