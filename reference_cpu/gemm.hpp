@@ -17,6 +17,9 @@
 // FMA: the operations and their order are unchanged), picked at run time when the
 // CPU has AVX2. MC_ORACLE_GEMM=baseline in the environment forces the baseline
 // path for the whole process; GemmPath picks one for a single call (tests).
+// The Monte Carlo arithmetic scalar (Mca) has no vector path: Baseline is its
+// generic tile, any other path a tile that keeps the thread's random stream in a
+// register (the same draws in the same order, so the same values, and faster).
 #pragma once
 
 #include <cstdint>

@@ -60,15 +60,18 @@ struct Mca {
     return s;
   }
   static void seed(uint64_t s) { state() = s; }
-  // Uniform in [−half, half].
-  static double uniform(double half) {
-    uint64_t z = (state() += 0x9e3779b97f4a7c15ULL);
+  // Uniform in [−half, half], the next draw of the stream `s` (a copy of state()
+  // held in a register by a hot loop, stored back after it: the same draws).
+  static double uniform_from(uint64_t& s, double half) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
     const double r = double(z >> 11) * 0x1p-53;  // [0, 1)
     return half * (2 * r - 1);
   }
+  // Uniform in [−half, half] from this thread's stream.
+  static double uniform(double half) { return uniform_from(state(), half); }
   // x·(1 + δ), δ uniform in [−eu, eu].
   static double perturb(double x, double eu) { return x * (1 + uniform(eu)); }
   static Mca rounded(double x) { return raw(perturb(x, unit())); }

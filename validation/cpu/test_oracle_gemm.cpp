@@ -18,7 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "check/compare.hpp"
 #include "check/problem.hpp"
+#include "check/stats.hpp"
+#include "reference_cpu/mca_scalar.hpp"
 #include "reference_cpu/gemm.hpp"
 #include "reference_cpu/steps.hpp"
 #include "validation/support/oracle_test_support.hpp"
@@ -162,6 +165,49 @@ void check_linear_steps() {
     EXPECT_TRUE(same_bits(dX, dXn)) << "linear_bwd_dx " << ctx << " @" << first_difference(dX, dXn);
     EXPECT_TRUE(same_bits(dW, dWn)) << "linear_bwd_dw " << ctx << " @" << first_difference(dW, dWn);
   }
+}
+
+// The Monte Carlo arithmetic scalar: its fast tile (the thread's random stream in a
+// register, any path but Baseline) makes the same draws in the same order as the
+// generic tile (Baseline), so every run's values are bitwise the same.
+TEST_F(OracleGemm, McaFastTileIsTheGenericTile) {
+  int checked = 0;
+  for (const Shape& s : kShapes) {
+    const auto a = random_values<ref::Mca>(s.I * s.P, 11 + s.I + s.P);
+    const auto b = random_values<ref::Mca>(s.J * s.P, 12 + s.J + s.P);
+    const auto seed = random_values<ref::Mca>(s.J, 13 + s.J);
+    const GemmOperand<ref::Mca> A{a.data(), s.P, 1}, B{b.data(), 1, s.J};
+    for (const ref::Mca* sd : {static_cast<const ref::Mca*>(nullptr), seed.data()})
+      for (int64_t min_work : {int64_t(0), int64_t(1) << 62}) {
+        ref::set_parallel_min_work(min_work);
+        omp_set_num_threads(2);
+        std::vector<std::vector<double>> out;
+        for (GemmPath path : {GemmPath::Baseline, GemmPath::Auto}) {
+          std::vector<ref::Mca> c(size_t(s.I * s.J), ref::Mca(-7.0f));
+          check::seed_mca(99, checked);
+          ref::ordered_gemm<ref::Mca>(s.I, s.J, s.P, A, B, sd, c.data(), s.J, path);
+          out.push_back(check::to_double_vec(c));
+        }
+        EXPECT_TRUE(same_bits(out[0], out[1]))
+            << "I=" << s.I << " J=" << s.J << " P=" << s.P << (sd ? " seeded" : "")
+            << " parallel=" << (min_work == 0) << ": first difference at "
+            << first_difference(out[0], out[1]);
+        // and the runs are not trivially equal: the perturbations moved the values
+        const std::vector<double> exact = [&] {
+          std::vector<double> v(out[0].size());
+          for (int64_t i = 0; i < s.I; ++i)
+            for (int64_t j = 0; j < s.J; ++j) {
+              double c = sd ? sd[j].v : 0.0;
+              for (int64_t p = 0; p < s.P; ++p) c += a[size_t(i * s.P + p)].v * b[size_t(p * s.J + j)].v;
+              v[size_t(i * s.J + j)] = c;
+            }
+          return v;
+        }();
+        if (s.P > 1) EXPECT_FALSE(same_bits(out[1], exact)) << "no perturbation at I=" << s.I;
+        ++checked;
+      }
+  }
+  EXPECT_EQ(checked, int(sizeof(kShapes) / sizeof(kShapes[0])) * 4);
 }
 
 TEST_F(OracleGemm, LinearStepsAreTheirDocumentedLoops) {
