@@ -19,7 +19,8 @@
 namespace mc::kern {
 
 // x [R, D] f32, g [D] f32 -> y [R, D] T = (x·inv)·g, rms [R] f32 = sqrt(mean(x²) + eps)
-// (inv = 1/rms). One block per row, fixed tree for the sum of squares.
+// (inv = 1/rms). One warp per row; the sum of squares in a fixed order (lane-strided
+// partials, then an xor butterfly over the 32 lanes).
 template <class T>
 void rmsnorm_fwd(const float* x, const float* g, int64_t R, int64_t D, double eps, T* y,
                  float* rms, cudaStream_t stream);
