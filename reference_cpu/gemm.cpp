@@ -10,6 +10,9 @@
 #include "reference_cpu/gemm.hpp"
 
 #include <omp.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -162,6 +165,75 @@ __attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const float* ap
 }
 #endif
 
+#ifdef MC_ORACLE_GEMM_AVX2
+// (GCC 12 reports its own AVX-512 shift intrinsics' undefined pass-through operand as
+// maybe-uninitialized here; the unmasked shifts never read it.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The Monte Carlo tile with its random draws computed 8 at a time (AVX-512F/DQ:
+// 64-bit lanes, multiplies and conversions). Draw k of a step is the stream's
+// state + (k+1)·γ through the same splitmix64 finaliser, and step p's 32 draws
+// for the 4 x 4 tile are, in order, (product, sum) for (i, j) row by row: row i
+// owns draws 8i .. 8i+7. Every floating-point operation is the scalar tile's, in
+// the same order, and nothing is contracted (fp-contract=off), so the values are
+// bitwise gemm_micro_tile<Mca>'s (OracleGemm.McaFastTileIsTheGenericTile).
+__attribute__((target("avx512f,avx512dq,avx2"), optimize("fp-contract=off"))) void
+micro_tile_mca_avx512(int64_t kc, const Mca* __restrict ap, const Mca* __restrict bp,
+                      Mca* __restrict c, int64_t ldc, int mr, int nr) {
+  static_assert(sizeof(Mca) == sizeof(double), "Mca is one double");
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+  const double* a = reinterpret_cast<const double*>(ap);
+  const double* b = reinterpret_cast<const double*>(bp);
+  alignas(32) double init[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) init[i][j] = (i < mr && j < nr) ? c[i * ldc + j].v : 0.0;
+  __m256d acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = _mm256_load_pd(init[i]);
+  __m512i step_of[4];  // (8i + k + 1)·γ, the offsets of row i's draws from the state
+  for (int i = 0; i < 4; ++i) {
+    alignas(64) uint64_t o[8];
+    for (int k = 0; k < 8; ++k) o[k] = uint64_t(8 * i + k + 1) * kGamma;
+    step_of[i] = _mm512_load_si512(o);
+  }
+  const __m512i c1 = _mm512_set1_epi64(int64_t(0xbf58476d1ce4e5b9ULL));
+  const __m512i c2 = _mm512_set1_epi64(int64_t(0x94d049bb133111ebULL));
+  const __m512d two53 = _mm512_set1_pd(0x1p-53), two = _mm512_set1_pd(2.0),
+                one = _mm512_set1_pd(1.0), half = _mm512_set1_pd(Mca::unit());
+  const __m512i split = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);  // products low, sums high
+  uint64_t st = Mca::state();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512i base = _mm512_set1_epi64(int64_t(st));
+    const __m256d bv = _mm256_loadu_pd(b + p * 4);
+    for (int i = 0; i < 4; ++i) {
+      __m512i z = _mm512_add_epi64(base, step_of[i]);
+      z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
+      z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
+      z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+      const __m512d r = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_srli_epi64(z, 11)), two53);
+      const __m512d f = _mm512_add_pd(one, _mm512_mul_pd(half, _mm512_sub_pd(_mm512_mul_pd(two, r), one)));
+      const __m512d fs = _mm512_permutexvar_pd(split, f);
+      const __m256d pf = _mm512_castpd512_pd256(fs), sf = _mm512_extractf64x4_pd(fs, 1);
+      const __m256d prod = _mm256_mul_pd(_mm256_mul_pd(_mm256_set1_pd(a[p * 4 + i]), bv), pf);
+      acc[i] = _mm256_mul_pd(_mm256_add_pd(acc[i], prod), sf);
+    }
+    st += 32 * kGamma;
+  }
+  Mca::state() = st;
+  for (int i = 0; i < 4; ++i) _mm256_store_pd(init[i], acc[i]);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] = Mca::raw(init[i][j]);
+}
+#pragma GCC diagnostic pop
+
+bool cpu_has_avx512_dq() {
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512dq") != 0;
+  }();
+  return v;
+}
+#endif
+
 bool cpu_has_avx2() {
 #ifdef MC_ORACLE_GEMM_AVX2
   static const bool v = [] {
@@ -199,6 +271,7 @@ const char* to_string(GemmPath p) {
 template <class S>
 void ordered_gemm(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
                   const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc, GemmPath path) {
+  const bool automatic = path == GemmPath::Auto;
   if (path == GemmPath::Auto) path = gemm_auto_path();
   if (path == GemmPath::Avx2) {
     if (!cpu_has_avx2())
@@ -212,8 +285,13 @@ void ordered_gemm(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
     // other scalars (Mca) have no vector path: the baseline tile below
   }
   constexpr int MR = GemmTile<S>::MR, NR = GemmTile<S>::NR;
-  if constexpr (std::is_same_v<S, Mca>) {
-    if (path != GemmPath::Baseline)  // the register-stream tile (same values)
+  if constexpr (std::is_same_v<S, Mca>) {  // the fast tiles (the same values)
+    static_assert(MR == 4 && NR == 4, "the Mca tiles are 4 x 4");
+#ifdef MC_ORACLE_GEMM_AVX2
+    if (automatic && path != GemmPath::Baseline && cpu_has_avx512_dq())
+      return ordered_gemm_tiles<S, MR, NR>(I, J, P, A, B, seed, C, ldc, micro_tile_mca_avx512);
+#endif
+    if (path != GemmPath::Baseline)
       return ordered_gemm_tiles<S, MR, NR>(I, J, P, A, B, seed, C, ldc,
                                            gemm_micro_tile_mca<MR, NR>);
   }

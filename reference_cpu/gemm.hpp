@@ -17,9 +17,11 @@
 // FMA: the operations and their order are unchanged), picked at run time when the
 // CPU has AVX2. MC_ORACLE_GEMM=baseline in the environment forces the baseline
 // path for the whole process; GemmPath picks one for a single call (tests).
-// The Monte Carlo arithmetic scalar (Mca) has no vector path: Baseline is its
-// generic tile, any other path a tile that keeps the thread's random stream in a
-// register (the same draws in the same order, so the same values, and faster).
+// The Monte Carlo arithmetic scalar (Mca) has tiles of its own, all with the same
+// draws in the same order, so the same values: Baseline is the generic tile, Avx2
+// a scalar tile that keeps the thread's random stream in a register, and Auto the
+// tile that computes its draws 8 at a time with AVX-512F/DQ where the CPU has it
+// (else the scalar register one; MC_ORACLE_GEMM=baseline: the generic tile).
 #pragma once
 
 #include <cstdint>
