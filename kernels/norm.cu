@@ -13,9 +13,10 @@ namespace {
 
 // One warp per row, kNormRowsPerBlock rows per block. A row's sum is each lane's
 // strided partial (i = lane, lane + 32, ...), then an xor butterfly over the 32
-// lanes: a pure function of D, the same bits in every lane and every run, and no
-// block barrier on the row's critical path (the previous block-per-row tree of
-// up to 512 threads spent most of its time in ten barriers).
+// lanes: a pure function of D, the same bits in every lane and every run (tests:
+// StepParity.RmsNormBackward reruns the launch bitwise; the determinism suite reruns
+// whole steps), and no block barrier on the row's critical path (the previous
+// block-per-row tree of up to 512 threads spent most of its time in ten barriers).
 constexpr int kNormRowsPerBlock = 8;
 constexpr int64_t kMaxNormGrid = int64_t(1) << 20;
 

@@ -22,6 +22,7 @@
 // a scalar tile that keeps the thread's random stream in a register, and Auto the
 // tile that computes its draws 8 at a time with AVX-512F/DQ where the CPU has it
 // (else the scalar register one; MC_ORACLE_GEMM=baseline: the generic tile).
+// Test: OracleGemm.McaFastTileIsTheGenericTile (bitwise, every shape, both fast tiles).
 #pragma once
 
 #include <cstdint>
