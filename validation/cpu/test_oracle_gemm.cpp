@@ -206,7 +206,9 @@ TEST_F(OracleGemm, McaFastTileIsTheGenericTile) {
             }
           return v;
         }();
-        if (s.P > 1) EXPECT_FALSE(same_bits(out[1], exact)) << "no perturbation at I=" << s.I;
+        if (s.P > 1) {
+          EXPECT_FALSE(same_bits(out[1], exact)) << "no perturbation at I=" << s.I;
+        }
         ++checked;
       }
   }

@@ -78,6 +78,17 @@ struct References {
   std::vector<std::vector<double>> M;  // kRuns + 1 runs (one spare for leave-one-out)
 };
 
+// `count` Monte Carlo runs of f, run k seeded from seed·γ + offset + k.
+template <class F>
+std::vector<std::vector<double>> mca_runs(F f, uint64_t seed, uint64_t offset, int count) {
+  std::vector<std::vector<double>> runs;
+  for (int k = 0; k < count; ++k) {
+    Mca::seed(seed * 0x9e3779b97f4a7c15ULL + offset + uint64_t(k));
+    runs.push_back(check::to_double_vec(f(Mca{})));
+  }
+  return runs;
+}
+
 template <class F>
 References references(F f, uint64_t seed) {
   References r;
@@ -86,10 +97,7 @@ References references(F f, uint64_t seed) {
     auto p = f(float{});
     return std::vector<float>(p.begin(), p.end());
   }();
-  for (int k = 0; k <= kRuns; ++k) {
-    Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(k) + 1);
-    r.M.push_back(check::to_double_vec(f(Mca{})));
-  }
+  r.M = mca_runs(f, seed, 1, kRuns + 1);
   return r;
 }
 
@@ -478,13 +486,8 @@ TEST(PrecisionStatistics, LessAccurateExpIsDetected) {
 // kAgreeRuns runs of f in Monte Carlo arithmetic with round-to-nearest stores.
 template <class F>
 std::vector<std::vector<double>> nearest_store_runs(F f, uint64_t seed) {
-  ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
-  std::vector<std::vector<double>> runs;
-  for (int k = 0; k < check::kAgreeRuns; ++k) {
-    Mca::seed(seed * 0x9e3779b97f4a7c15ULL + uint64_t(k) + 0x51);
-    runs.push_back(check::to_double_vec(f(Mca{})));
-  }
-  return runs;
+  const ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
+  return mca_runs(f, seed, 0x51, check::kAgreeRuns);
 }
 
 check::AgreeResult agreement_of(const std::vector<float>& K, const References& r,

@@ -275,31 +275,18 @@ class StepTestbed {
     oracle(ho);
     HostSide<float> hp(p, kDType);
     oracle(hp);
-    std::vector<std::vector<std::vector<double>>> m(size_t(check::kStatRuns));  // [run][tensor]
-    for (int k = 0; k < check::kStatRuns; ++k) {
-      std::vector<std::vector<ref::Mca>> mk(recs_.size());
-      for (size_t i = 0; i < recs_.size(); ++i) {
-        const std::vector<float> start = o_start(i);  // one copy: both iterators must be its
-        mk[i].assign(start.begin(), start.end());
-      }
-      seed_mca(k);
-      HostSide<ref::Mca> hm(mk, kDType);
-      oracle(hm);
-      m[size_t(k)].resize(recs_.size());
-      for (size_t i = 0; i < recs_.size(); ++i) {
-        const bool typed_store = recs_[i].rounded && kDType != DType::F32;
-        auto& out = m[size_t(k)][i];
-        out.reserve(mk[i].size());
-        for (const ref::Mca& x : mk[i]) out.push_back(double(typed_store ? round_to(kDType, x) : x));
-      }
+    std::vector<std::vector<std::vector<double>>> m = mca_runs(oracle, 0, check::kStatRuns);
+    std::vector<std::vector<std::vector<double>>> a;  // the agreement runs (typed outputs only)
+    if (std::any_of(recs_.begin(), recs_.end(), agreement_checked)) {
+      const ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
+      a = mca_runs(oracle, check::kStatRuns, check::kAgreeRuns);
     }
-    const std::vector<std::vector<std::vector<double>>> a = agreement_runs(oracle);  // [run][tensor]
     for (size_t i = 0; i < recs_.size(); ++i) {
       Rec& r = recs_[i];
       if (!r.output) continue;
       r.A.clear();
       if (agreement_checked(r))
-        for (const auto& run : a) r.A.push_back(run[i]);
+        for (auto& run : a) r.A.push_back(std::move(run[i]));
       r.O = std::move(o[i]);
       r.P = std::move(p[i]);
       if (r.rounded) r.P = quantised(std::move(r.P));
@@ -335,10 +322,7 @@ class StepTestbed {
         EXPECT_TRUE(res.verdict()) << res.summary();
       }
       if (agreement_checked(r)) {
-        std::vector<const double*> runs;
-        for (const auto& ar : r.A) runs.push_back(ar.data());
-        const check::AgreeResult ag =
-            check::storage_agreement(r.K.data(), r.P.data(), runs, int64_t(r.K.size()));
+        const check::AgreeResult ag = agreement_of(r, r.K);
         std::cout << "  " << n << ag.summary() << "\n";
         ::testing::Test::RecordProperty("agree." + n, std::to_string(ag.mismatches));
         EXPECT_TRUE(ag.ok()) << n << ": the kernel's typed stores differ from P's (the same "
@@ -430,10 +414,7 @@ class StepTestbed {
          << ")";
     }
     if (agreement_checked(r)) {
-      std::vector<const double*> runs;
-      for (const auto& ar : r.A) runs.push_back(ar.data());
-      const check::AgreeResult ag = check::storage_agreement(r.P.data(), r.P.data(), runs,
-                                                             int64_t(r.P.size()));
+      const check::AgreeResult ag = agreement_of(r, r.P);  // K = P: only the limit is read
       os << "; storage agreement K != P at <= " << ag.limit << " elements (runs "
          << double(ag.run_mismatches) / ag.runs << " each)";
     }
@@ -446,28 +427,34 @@ class StepTestbed {
   static bool agreement_checked(const Rec& r) {
     return r.output && r.rounded && kDType != DType::F32 && r.check == Check::KRule;
   }
-  // check::kAgreeRuns runs of the oracle call in Monte Carlo arithmetic with
-  // round-to-nearest stores (every output; empty when no output is checked).
+  // The storage agreement of output r's stored values K against its P and its runs A.
+  static check::AgreeResult agreement_of(const Rec& r, const std::vector<float>& K) {
+    std::vector<const double*> runs;
+    for (const auto& ar : r.A) runs.push_back(ar.data());
+    return check::storage_agreement(K.data(), r.P.data(), runs, int64_t(K.size()));
+  }
+  // Runs first .. first+count-1 of the oracle call in Monte Carlo arithmetic (stores
+  // as ref::mca_store_mode() says), every tensor as double, typed ones through the
+  // dtype's store: [run][tensor].
   template <class Oracle>
-  std::vector<std::vector<std::vector<double>>> agreement_runs(Oracle& oracle) const {
-    if (std::none_of(recs_.begin(), recs_.end(), agreement_checked)) return {};
-    ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
-    std::vector<std::vector<std::vector<double>>> runs(size_t(check::kAgreeRuns));
-    for (int k = 0; k < check::kAgreeRuns; ++k) {
+  std::vector<std::vector<std::vector<double>>> mca_runs(Oracle& oracle, int first,
+                                                         int count) const {
+    std::vector<std::vector<std::vector<double>>> runs(static_cast<size_t>(count));
+    for (int k = 0; k < count; ++k) {
       std::vector<std::vector<ref::Mca>> mk(recs_.size());
       for (size_t i = 0; i < recs_.size(); ++i) {
-        const std::vector<float> start = o_start(i);
+        const std::vector<float> start = o_start(i);  // one copy: both iterators must be its
         mk[i].assign(start.begin(), start.end());
       }
-      seed_mca(check::kStatRuns + k);
+      seed_mca(first + k);
       HostSide<ref::Mca> hm(mk, kDType);
       oracle(hm);
       runs[size_t(k)].resize(recs_.size());
       for (size_t i = 0; i < recs_.size(); ++i) {
+        const bool typed_store = recs_[i].rounded && kDType != DType::F32;
         auto& out = runs[size_t(k)][i];
         out.reserve(mk[i].size());
-        for (const ref::Mca& x : mk[i])
-          out.push_back(double(recs_[i].rounded ? round_to(kDType, x) : x));
+        for (const ref::Mca& x : mk[i]) out.push_back(double(typed_store ? round_to(kDType, x) : x));
       }
     }
     return runs;
