@@ -3,9 +3,10 @@
 // thread-count invariance) and the GPU-vs-oracle comparison of every tensor
 // of the catalogue (f32: the ensemble rule of check/ensemble.hpp, the same as
 // the model-level GPU suites; bf16/f16: the k = 2 rule of the precision
-// suite, e_P over P and conforming runs, check/model_check.hpp), on the built-in configs or on user shapes. Every check
-// ends as pass, FAIL, not run (with the reason) or n/a; the exit status says
-// which (options.hpp), and a run that checked nothing never exits 0.
+// suite, e_P over P and conforming runs, check/model_check.hpp), on the
+// built-in configs or on user shapes. Every check ends as pass, FAIL, not run
+// (with the reason) or n/a; the exit status says which (options.hpp), and a
+// run that checked nothing never exits 0.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>

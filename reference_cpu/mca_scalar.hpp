@@ -62,10 +62,14 @@ struct Mca {
   static void seed(uint64_t s) { state() = s; }
   // Uniform in [−half, half], the next draw of the stream `s` (a copy of state()
   // held in a register by a hot loop, stored back after it: the same draws).
+  // The stream is splitmix64: the state advances by kGamma per draw, and each
+  // state is mixed by two xor-shift multiplies (kMix1, kMix2).
+  static constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+  static constexpr uint64_t kMix1 = 0xbf58476d1ce4e5b9ULL, kMix2 = 0x94d049bb133111ebULL;
   static double uniform_from(uint64_t& s, double half) {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    uint64_t z = (s += kGamma);
+    z = (z ^ (z >> 30)) * kMix1;
+    z = (z ^ (z >> 27)) * kMix2;
     z ^= z >> 31;
     const double r = double(z >> 11) * 0x1p-53;  // [0, 1)
     return half * (2 * r - 1);
