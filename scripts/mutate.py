@@ -253,7 +253,7 @@ def build_one(m, units, work, jobs, ccache):
     # For a mutant meant to be invisible (another bit pattern, or believed
     # equivalent): does it change the device code at all?
     if m["kind"] in ("bits", "equivalent-candidate"):
-        info["device_code_identical"] = device_code_identical(m, affected, src_root, wdir)
+        info["device_code_identical"] = device_code_identical(m, affected, src_root, wdir, work)
     return info
 
 
@@ -282,20 +282,28 @@ def cubin_argv(u, src, include_first, out):
     return argv + [f"-arch=sm_{arch}", "-cubin", "-o", out]
 
 
-def device_code_identical(m, units, src_root, wdir):
+_unmutated_cubins = {}  # unit rel -> its unmutated cubin (one compile per unit and build)
+
+
+def unmutated_cubin(u, work):
+    if u["rel"] not in _unmutated_cubins:
+        out = os.path.join(work, "cubin-unmutated", u["rel"] + ".cubin")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        run(cubin_argv(u, u["src"], None, out), cwd=u["cwd"])
+        _unmutated_cubins[u["rel"]] = out
+    return _unmutated_cubins[u["rel"]]
+
+
+def device_code_identical(m, units, src_root, wdir, work):
     """True when every unit mutant m recompiles has byte-identical device code with and
     without the patch: the mutant is then equivalent by construction (its host code is
     the unmutated one's: the patches change kernel bodies)."""
     for u in units:
         mine = os.path.join(src_root, u["rel"])
-        outs = []
-        for tag, src, inc in (("orig", u["src"], None),
-                              ("mut", mine if os.path.exists(mine) else u["src"], src_root)):
-            out = os.path.join(wdir, "cubin", tag, u["rel"] + ".cubin")
-            os.makedirs(os.path.dirname(out), exist_ok=True)
-            run(cubin_argv(u, src, inc, out), cwd=u["cwd"])
-            outs.append(out)
-        if not filecmp_same(*outs):
+        out = os.path.join(wdir, "cubin", u["rel"] + ".cubin")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        run(cubin_argv(u, mine if os.path.exists(mine) else u["src"], src_root, out), cwd=u["cwd"])
+        if not filecmp_same(unmutated_cubin(u, work), out):
             return False
     return True
 
