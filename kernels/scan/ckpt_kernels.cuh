@@ -15,7 +15,7 @@
 // the block's CB channels and the B/C rows, [K] steps each) are copied into one of
 // two shared-memory buffers with cp.async while chunk c is computed from the
 // other; no global load is ever on a step's critical path. Per chunk, lane j of a
-// group transforms steps k ≡ j (mod L) of its channel into f32 scalars [K][CB]
+// group transforms steps k ≡ j (mod L) of its channel into f32 scalars [K][SL]
 // (δ, with the fused softplus; u; the gate), so an activation is evaluated once
 // per (t, d), not once per lane. The K steps then run branch-free: steps past
 // T have δ = 0 (dA = 1) and zero B/C rows, so they leave every state unchanged,
@@ -29,20 +29,25 @@
 // Backward, chunks from last to first (the pipeline stages chunk c-1 while chunk
 // c runs). Per chunk: reload the checkpoint,
 // recompute the chunk's K states into shared memory hs[K][thread][S] (one exp
-// per element; the warp-level dB/dC sums read h_t from there too),
-// then walk the chunk backwards with the carries dh = ∂L/∂h_{t+1} and dAn = dA_{t+1}:
+// per element; each thread reads back only its own), then walk the chunk backwards with the carries dh = ∂L/∂h_{t+1} and dAn = dA_{t+1}:
 //   dh   = dAn·dh + dy·C                      (∂L/∂h_t)
 //   P    = dA·h_{t-1}   (dA recomputed: one more exp per element)
 //   dAlog_acc += δ·dh·P          -> dA_log[n] += A·Σ_b,t δ·dh·P
 //   S2  += A·dh·P,  S1 += dh·B   -> dδ = S2 + u·S1,  du = δ·S1 + D·dy
 //   dC[t,n] = Σ_d dy·h_t,  dB[t,n] = Σ_d (δ·u)·dh
-// dB/dC: every Q steps each warp writes its h_t and dh values to its own tile,
-// and its 32 lanes sum them over the warp's CW channels (one n-quad per lane
-// unit, channel order ascending); after one block barrier the warps' sums are
-// added in warp order and written as the block's partial [q][b, t, group, n];
-// a fixed-order kernel sums the groups (ckpt_reduce). dD and dA_log partials are
-// per (b, d[, n]) — one thread owns each over all t — and are summed over b by
-// the seed route's fixed-order reduction. No atomics anywhere.
+// dB/dC, per step, without leaving registers until the warp is done: each lane
+// forms its S terms (δ·u)·dh and dy·h_t, and a butterfly over the warp's CW
+// channels (lane bits log2 L .. 4) reduce-scatters them: after log2(CW) xor
+// levels every lane holds 2S/CW sums over the warp's channels (reduce_scatter_channels,
+// device.cuh), which it writes to its warp's slot of wsum. Every Q steps, after one
+// block barrier, the warps' sums are added in warp order and written as the block's
+// partial [b, t, group, n]; a fixed-order kernel sums the groups (ckpt_reduce). dD and
+// dA_log partials are per (b, d[, n]) — one thread owns each over all t — and are
+// summed over b by the seed route's fixed-order reduction. No atomics anywhere.
+//
+// Shared-memory rows of per-(t, d) scalars are CB + CW wide (raw activation tiles
+// too where 16-byte rows allow): the per-chunk transform has 32/CW steps per warp
+// instruction, and the pad puts them on distinct banks.
 #pragma once
 
 #include "kernels/scan/device.cuh"
@@ -50,16 +55,21 @@
 namespace mc::kern::scan_detail {
 
 // ---- geometry shared by host and device --------------------------------------------
-constexpr int kCkptQ = 4;  // backward: steps per dB/dC reduction batch
-// Launch bounds. Blocks are 4 warps (ckpt_plan's default, the only one launched).
-// The backward asks for 3 resident blocks per SM at S = 4: 65536 registers / (3 ·
-// 128 threads) caps it at 168 registers, and 3 blocks' shared memory (76.3 KB each
-// at f32, d_state <= 16) fits the 228 KB carveout, so the 384 blocks of B 8,
-// d_inner 1536 run as one wave of 396 slots instead of 1.45 waves of 264 (f32 used
-// 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128) a block's
-// shared memory alone allows one per SM, so no register bound is asked.
-constexpr int kCkptMaxThreads = 128;
+// Blocks are kCkptWarps warps (ckpt_plan refuses other counts), so the channels per
+// block CB = kCkptWarps·32/L and the states per tile row DP = L·S are compile-time
+// constants of each kernel instance.
+// Launch bounds. The backward asks for 3 resident blocks per SM at S = 4: 65536
+// registers / (3 · 128 threads) caps it at 168 registers, and 3 blocks' shared memory
+// (<= 75 KiB each at f32, d_state <= 16, no fused epilogue) fits the 228 KB carveout, so
+// the 384 blocks of B 8, d_inner 1536 run as one wave of 396 slots instead of 1.45 waves
+// of 264 (f32 used 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128) a
+// block's shared memory alone allows one per SM, so no register bound is asked.
+constexpr int kCkptWarps = 4;
+constexpr int kCkptMaxThreads = 32 * kCkptWarps;
 constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 1; }
+// Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
+// are small (DP <= 16: 8 KB double-buffered), else 4.
+__host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : 4; }
 
 struct CkptGeom {
   int lanes = 1;       // L
@@ -79,38 +89,47 @@ struct CkptGeom {
 // Bytes of one 16-byte aligned shared-memory region of n elements of size e.
 __host__ __device__ inline size_t smem_region(size_t n, size_t e) { return (n * e + 15) / 16 * 16; }
 
+// Row strides (elements) of the per-(t, d) tiles: scalars SL = CB + CW; raw activation
+// tiles RL = CB + CW where those rows stay 16-byte multiples (cp.async), else CB.
+__host__ __device__ inline int sc_ld(const CkptGeom& g) { return g.cb + 32 / g.lanes; }
+__host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
+  const int padded = g.cb + 32 / g.lanes;
+  return (size_t(padded) * elem) % 16 == 0 ? padded : g.cb;
+}
+
 // Shared memory layout (bytes, every region 16-byte aligned), both directions:
-//   raw [2 buffers][n_act][K][CB] T     the staged activation rows (n_act tensors)
+//   raw [2 buffers][n_act][K][RL] T     the staged activation rows (n_act tensors)
 //   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0)
-//   sc  [n_sc][K][CB] f32               the transformed per-(t, d) scalars
-//   out [2 buffers][n_out][K][CB] f32   the per-(t, d) outputs of a chunk (y; dδ, du, dz),
+//   sc  [n_sc][K][SL] f32               the transformed per-(t, d) scalars
+//   out [n_ob][n_out][K][CB] f32        the per-(t, d) outputs of a chunk (y; dδ, du, dz),
 //                                       written to device memory by the whole block, one
-//                                       coalesced pass per chunk
+//                                       coalesced pass per chunk; n_ob = 2 buffers in the
+//                                       forward (stored after the next chunk's barrier), 1
+//                                       in the backward (stored after its last batch barrier)
 // backward only, after those:
-//   hs    [K][NT·S + 4] f32             the chunk's recomputed states, per thread
-//   tiles [W][Q][CW·DP + 4] f32         per warp, dh_t for the dB sums
-//   wsum  [2][W][2][Q][DP] f32          per warp sums, double-buffered across batches
-// (the +4 pads shift consecutive steps by 16 bytes: fewer bank conflicts in the sums)
+//   hs    [K][NT·S] f32                 the chunk's recomputed states, per thread (each
+//                                       thread reads back only its own)
+//   wsum  [2][W][Q][2][DP] f32          per warp sums of dB (0) and dC (1), double-buffered
+//                                       across batches
 struct CkptSmem {
-  size_t raw, bc, sc, out, hs, tiles, wsum, total;  // byte offsets; total = size
+  size_t raw, bc, sc, out, hs, wsum, total;  // byte offsets; total = size
 };
 __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
-  return size_t(32) * g.warps * S + 4;
+  return size_t(32) * g.warps * S;
 }
-__host__ __device__ inline size_t tile_step_floats(const CkptGeom& g) {
-  return size_t(32 / g.lanes) * g.ds_pad + 4;
+__host__ __device__ inline size_t wsum_batch_floats(const CkptGeom& g) {  // one warp, one batch
+  return size_t(ckpt_q(g.ds_pad)) * 2 * g.ds_pad;
 }
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
                                               int n_act, int n_sc, int n_out, bool backward) {
   CkptSmem m;
   m.raw = 0;
-  m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * g.cb, elem);
+  m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
   m.sc = m.bc + 4 * smem_region(size_t(K) * g.ds_pad, elem);
-  m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * g.cb, 4);
-  m.hs = m.out + 2 * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
-  m.tiles = m.hs + (backward ? smem_region(size_t(K) * hs_step_floats(g, S), 4) : 0);
-  m.wsum = m.tiles + (backward ? smem_region(size_t(g.warps) * kCkptQ * tile_step_floats(g), 4) : 0);
-  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * 2 * kCkptQ * g.ds_pad, 4) : 0);
+  m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
+  m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
+  m.wsum = m.hs + (backward ? smem_region(size_t(K) * hs_step_floats(g, S), 4) : 0);
+  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   return m;
 }
 // The tensors each direction stages and the scalars it keeps (the z / softplus
@@ -241,32 +260,36 @@ __device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds
 
 // The chunk's per-(t, d) outputs [K][CB] (f32 in shared memory) to the device rows
 // t0 .. t0+nk-1 of the block's valid channels, RN to T: one coalesced block pass.
-// CB = 2^log2_cb, and CB divides the block size: each thread keeps one column.
-template <class T>
-__device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src, int log2_cb,
-                                            int nk, int cols_valid) {
-  const int CB = 1 << log2_cb;
-  const int c = int(threadIdx.x) & (CB - 1);
+// CB divides the block size: each thread keeps one column and walks the rows with a
+// pointer step (no 64-bit multiply per element).
+template <class T, int CB>
+__device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src, int nk,
+                                            int cols_valid) {
+  constexpr int rstep = kCkptMaxThreads / CB;
+  const int c = int(threadIdx.x) % CB;
   if (c >= cols_valid) return;
-  const int rstep = int(blockDim.x) >> log2_cb;
-  for (int r = int(threadIdx.x) >> log2_cb; r < nk; r += rstep)
-    store_rn(dst + r * ld + c, src[(r << log2_cb) + c]);
+  int r = int(threadIdx.x) / CB;
+  T* d = dst + int64_t(r) * ld + c;
+  const int64_t dstep = int64_t(rstep) * ld;
+  for (; r < nk; r += rstep, d += dstep) store_rn(d, src[r * CB + c]);
 }
 
 // ---- forward --------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = false).
 template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
+  constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
-  const int CB = g.cb, DP = g.ds_pad;
   const bool has_z = p.z != nullptr;
   const CkptSmem lay =
       ckpt_smem(g, K, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
+  const int RL = raw_ld(g, sizeof(T)), SL = sc_ld(g);
   char* base = reinterpret_cast<char*>(smem);
-  const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
+  const size_t act_bytes = smem_region(size_t(K) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
-  const size_t sc_bytes = smem_region(size_t(K) * CB, 4);
+  const size_t sc_bytes = smem_region(size_t(K) * SL, 4);
+  const size_t out_bytes = smem_region(size_t(K) * CB, 4);
   // raw tile `i` of buffer `bf`; B (i = 0) / C (i = 1) tile of buffer `bf`; scalar array `i`
   auto raw = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * fwd_n_act(has_z) + i) * act_bytes);
@@ -276,7 +299,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   float* sc_du = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
   float* sc_skip = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
   float* sc_gate = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes);
-  auto out_y = [&](int bf) { return reinterpret_cast<float*>(base + lay.out + bf * sc_bytes); };
+  auto out_y = [&](int bf) { return reinterpret_cast<float*>(base + lay.out + bf * out_bytes); };
 
   float a[S], h[S];
   {
@@ -294,21 +317,22 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
   const int64_t row0 = m.b * p.T;
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
+  const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
   auto stage = [&](int64_t c, int bf) {
     const int64_t r = row0 + c * K;
     const int rv = int(min(int64_t(K), p.T - c * K));
-    stage_tile<T>(raw(bf, 0), CB, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
-                  m.cols_valid, g.async_act);
-    stage_tile<T>(raw(bf, 1), CB, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
-                  g.async_act);
+    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+                  m.cols_valid, g.async_act, act_map);
+    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
+                  g.async_act, act_map);
     if (has_z)
-      stage_tile<T>(raw(bf, 2), CB, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
-                    g.async_act);
+      stage_tile<T>(raw(bf, 2), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+                    g.async_act, act_map);
     stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc);
+                  g.async_bc, bc_map);
     stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc);
+                  g.async_bc, bc_map);
     cp_async_commit();
   };
   stage(0, 0);
@@ -321,29 +345,29 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c-1
     if (c + 1 < g.n_ckpt) stage(c + 1, bf ^ 1);  // copies overlap this chunk's math
     if (c > 0)  // chunk c-1's y, one coalesced pass
-      store_chunk<T>(p.y + (row0 + t0 - K) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), g.log2_cb, K,
-                     m.cols_valid);
+      store_chunk<T, CB>(p.y + (row0 + t0 - K) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), K,
+                         m.cols_valid);
     if (p.ckpt && m.dvalid && m.nvalid > 0)  // the state before step t0
       store_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
                       m.nvalid, h);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
-      const int e = k * CB + m.ch;
+      const int e = k * RL + m.ch, es = k * SL + m.ch;
       const float x = smem_f32(raw(bf, 0)[e]);
       const float dl = k < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
       const float uv = smem_f32(raw(bf, 1)[e]);
-      sc_delta[e] = dl;
-      sc_du[e] = dl * uv;
-      sc_skip[e] = __fmul_rn(Dd, uv);
-      if (has_z) sc_gate[e] = act_silu(smem_f32(raw(bf, 2)[e]));
+      sc_delta[es] = dl;
+      sc_du[es] = dl * uv;
+      sc_skip[es] = __fmul_rn(Dd, uv);
+      if (has_z) sc_gate[es] = act_silu(smem_f32(raw(bf, 2)[e]));
     }
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
     const T* Ct = bct(bf, 1) + m.n0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {  // branch-free: steps past T leave h unchanged
-      const float dl = sc_delta[k * CB + m.ch];
-      const float du = sc_du[k * CB + m.ch];
+      const float dl = sc_delta[k * SL + m.ch];
+      const float du = sc_du[k * SL + m.ch];
       float bv[S], cv[S];
       smem_vec<S>(Bt + k * DP, bv);
       smem_vec<S>(Ct + k * DP, cv);
@@ -354,16 +378,16 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
         h[s] = fmaf(dA, h[s], du * bv[s]);
         yp = fmaf(h[s], cv[s], yp);
       }
-      float yv = group_sum_c<L>(yp) + sc_skip[k * CB + m.ch];
-      if (has_z) yv *= sc_gate[k * CB + m.ch];
+      float yv = group_sum_c<L>(yp) + sc_skip[k * SL + m.ch];
+      if (has_z) yv *= sc_gate[k * SL + m.ch];
       out_y(bf)[k * CB + m.ch] = yv;  // every lane of the group: the same value
     }
   }
   __syncthreads();  // the last chunk's y
   {
     const int64_t c = g.n_ckpt - 1;
-    store_chunk<T>(p.y + (row0 + c * K) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)), g.log2_cb,
-                   int(p.T - c * K), m.cols_valid);
+    store_chunk<T, CB>(p.y + (row0 + c * K) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
+                       int(p.T - c * K), m.cols_valid);
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
     store_states<S>(p.h_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
@@ -374,21 +398,27 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
-  constexpr int Q = kCkptQ;
   constexpr int CW = 32 / L;  // channels per warp
+  constexpr int CB = kCkptWarps * CW, DP = L * S, W = kCkptWarps;
+  constexpr int Q = ckpt_q(DP);
+  constexpr int NV = 2 * S;       // a lane's dB and dC terms per step
+  constexpr int R = NV / CW;      // its sums after the channel reduce-scatter
+  constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
+  static_assert(R >= 1, "a lane's terms cover the warp's channels");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
-  const int CB = g.cb, W = g.warps, DP = g.ds_pad;
   const int wch = m.lane / L;  // channel within the warp
   const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
   const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp),
                                  bwd_n_out(has_z), true);
+  const int RL = raw_ld(g, sizeof(T)), SL = sc_ld(g);
   char* base = reinterpret_cast<char*>(smem);
-  const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
+  const size_t act_bytes = smem_region(size_t(K) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
-  const size_t sc_bytes = smem_region(size_t(K) * CB, 4);
+  const size_t sc_bytes = smem_region(size_t(K) * SL, 4);
+  const size_t out_bytes = smem_region(size_t(K) * CB, 4);
   auto raw = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * bwd_n_act(has_z) + i) * act_bytes);
   };
@@ -398,18 +428,14 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
   float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
   float* sc_fz = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes);  // with z
   float* sc_fd = reinterpret_cast<float*>(base + lay.sc + (3 + int(has_z)) * sc_bytes);  // softplus
-  // outputs of buffer bf: dδ (0), du (1), dz (2)
-  auto out_t = [&](int bf, int i) {
-    return reinterpret_cast<float*>(base + lay.out + (size_t(bf) * bwd_n_out(has_z) + i) * sc_bytes);
-  };
+  // outputs: dδ (0), du (1), dz (2)
+  auto out_t = [&](int i) { return reinterpret_cast<float*>(base + lay.out + size_t(i) * out_bytes); };
   float* hsf = reinterpret_cast<float*>(base + lay.hs);  // [K][hs_step]
-  float* tiles = reinterpret_cast<float*>(base + lay.tiles);
   float* wsum = reinterpret_cast<float*>(base + lay.wsum);
-  const int hs_step = int(hs_step_floats(g, S)), tile_step = int(tile_step_floats(g));
-  float* my_tiles = tiles + size_t(m.warp) * Q * tile_step;  // [Q][tile_step]
-  // the state slot of step k of thread `tid` (S/4 float4s)
-  auto hs_at = [&](int k, int tid) {
-    return reinterpret_cast<float4*>(hsf + size_t(k) * hs_step + size_t(tid) * S);
+  const int hs_step = int(hs_step_floats(g, S));
+  // the state slot of step k of this thread (S/4 float4s)
+  auto hs_at = [&](int k) {
+    return reinterpret_cast<float4*>(hsf + size_t(k) * hs_step + size_t(threadIdx.x) * S);
   };
 
   // a = exp_coef(A); S2 is accumulated with a and scaled back once per step
@@ -430,37 +456,35 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
   const float Dd = p.D ? __ldg(p.D + m.d) : 0.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
   const int64_t row0 = m.b * p.T;
-  // chunk c's dδ, du (and dz) from out buffer c & 1, one coalesced pass
+  // chunk c's dδ, du (and dz), one coalesced pass
   auto store_outputs = [&](int64_t c) {
-    const int bf = int(c & 1), rows = int(min(int64_t(K), p.T - c * K));
+    const int rows = int(min(int64_t(K), p.T - c * K));
     const int64_t r = row0 + c * K;
-    store_chunk<T>(p.d_delta + r * p.ld_dd + m.d0, p.ld_dd, out_t(bf, 0), g.log2_cb, rows,
-                   m.cols_valid);
-    store_chunk<T>(p.du + r * p.ld_du + m.d0, p.ld_du, out_t(bf, 1), g.log2_cb, rows, m.cols_valid);
-    if (has_z)
-      store_chunk<T>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(bf, 2), g.log2_cb, rows,
-                     m.cols_valid);
+    store_chunk<T, CB>(p.d_delta + r * p.ld_dd + m.d0, p.ld_dd, out_t(0), rows, m.cols_valid);
+    store_chunk<T, CB>(p.du + r * p.ld_du + m.d0, p.ld_du, out_t(1), rows, m.cols_valid);
+    if (has_z) store_chunk<T, CB>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(2), rows, m.cols_valid);
   };
   float dD_acc = 0.f;
   int wb = 0;  // wsum buffer
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
+  const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
   auto stage = [&](int64_t c, int bf) {
     const int64_t r = row0 + c * K;
     const int rv = int(min(int64_t(K), p.T - c * K));
-    stage_tile<T>(raw(bf, 0), CB, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
-                  m.cols_valid, g.async_act);
-    stage_tile<T>(raw(bf, 1), CB, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
-                  g.async_act);
-    stage_tile<T>(raw(bf, 2), CB, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
-                  g.async_act);
+    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+                  m.cols_valid, g.async_act, act_map);
+    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
+                  g.async_act, act_map);
+    stage_tile<T>(raw(bf, 2), RL, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
+                  g.async_act, act_map);
     if (has_z)
-      stage_tile<T>(raw(bf, 3), CB, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
-                    g.async_act);
+      stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+                    g.async_act, act_map);
     stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc);
+                  g.async_bc, bc_map);
     stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc);
+                  g.async_bc, bc_map);
     cp_async_commit();
   };
   stage(g.n_ckpt - 1, int((g.n_ckpt - 1) & 1));
@@ -475,25 +499,24 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if (c > 0) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
-    if (c + 1 < g.n_ckpt) store_outputs(c + 1);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
-      const int e = k * CB + m.ch;
+      const int e = k * RL + m.ch, es = k * SL + m.ch;
       const float x = smem_f32(raw(bf, 0)[e]);
       float dl = 0.f, dyv = 0.f;
       if (k < nk) {
         dl = has_sp ? act_softplus(x + bias) : x;
         dyv = smem_f32(raw(bf, 2)[e]);  // 0 on padding channels and rows: nothing to dB/dC
       }
-      if (has_sp) sc_fd[e] = act_sigmoid(x + bias);
+      if (has_sp) sc_fd[es] = act_sigmoid(x + bias);
       if (has_z) {
         const float zv = smem_f32(raw(bf, 3)[e]);
-        sc_fz[e] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
-        dyv = dyv * act_silu(zv);            // ∂L/∂y = dG·silu(z)
+        sc_fz[es] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
+        dyv = dyv * act_silu(zv);             // ∂L/∂y = dG·silu(z)
       }
-      sc_delta[e] = dl;
-      sc_u[e] = smem_f32(raw(bf, 1)[e]);
-      sc_dy[e] = dyv;
+      sc_delta[es] = dl;
+      sc_u[es] = smem_f32(raw(bf, 1)[e]);
+      sc_dy[es] = dyv;
     }
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
@@ -506,8 +529,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
       for (int s = 0; s < S; ++s) h[s] = hck[s];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        const float dl = sc_delta[k * CB + m.ch];
-        const float du = dl * sc_u[k * CB + m.ch];
+        const float dl = sc_delta[k * SL + m.ch];
+        const float du = dl * sc_u[k * SL + m.ch];
         float bv[S];
         smem_vec<S>(Bt + k * DP, bv);
 #pragma unroll
@@ -515,7 +538,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
           const float dA = expm<E>(dl * a[s]);
           h[s] = fmaf(dA, h[s], du * bv[s]);
         }
-        float4* slot = hs_at(k, int(threadIdx.x));
+        float4* slot = hs_at(k);
 #pragma unroll
         for (int q4 = 0; q4 < S / 4; ++q4)
           slot[q4] = make_float4(h[4 * q4], h[4 * q4 + 1], h[4 * q4 + 2], h[4 * q4 + 3]);
@@ -525,26 +548,40 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
           float yp = 0.f;
 #pragma unroll
           for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
-          const float yv = group_sum_c<L>(yp) + __fmul_rn(Dd, sc_u[k * CB + m.ch]);
-          out_t(bf, 2)[k * CB + m.ch] = sc_fz[k * CB + m.ch] * yv;
+          const float yv = group_sum_c<L>(yp) + __fmul_rn(Dd, sc_u[k * SL + m.ch]);
+          out_t(2)[k * CB + m.ch] = sc_fz[k * SL + m.ch] * yv;
         }
       }
     }
 
-    // walk the chunk backwards, Q steps per dB/dC batch; steps past T have dl = dy = 0:
-    // dA = 1 and dh, dAn (= 1), dal, dD unchanged
-    for (int qb = (nk - 1) / Q; qb >= 0; --qb) {
+    // walk the chunk backwards, all K steps, Q per dB/dC batch; steps past T have
+    // dl = dy = 0: dA = 1 and dh, dAn (= 1), dal, dD unchanged, no dB/dC terms.
+    // hcur = h_t of the step walked (hs(k)); hp = h_{t-1} (hs(k-1), or the checkpoint).
+    float hcur[S];
+    {
+      const float4* last = hs_at(K - 1);
+#pragma unroll
+      for (int q4 = 0; q4 < S / 4; ++q4) {
+        const float4 v = last[q4];
+        hcur[4 * q4] = v.x;
+        hcur[4 * q4 + 1] = v.y;
+        hcur[4 * q4 + 2] = v.z;
+        hcur[4 * q4 + 3] = v.w;
+      }
+    }
+    for (int qb = K / Q - 1; qb >= 0; --qb) {
+      float* ws = wsum + (size_t(wb) * W + m.warp) * NO;  // this warp's sums of this batch
 #pragma unroll
       for (int kk = Q - 1; kk >= 0; --kk) {
         const int k = qb * Q + kk;
-        const float dl = sc_delta[k * CB + m.ch];
-        const float uv = sc_u[k * CB + m.ch];
-        const float dyv = sc_dy[k * CB + m.ch];
+        const float dl = sc_delta[k * SL + m.ch];
+        const float uv = sc_u[k * SL + m.ch];
+        const float dyv = sc_dy[k * SL + m.ch];
         float bv[S], cv[S], hp[S];
         smem_vec<S>(Bt + k * DP, bv);
         smem_vec<S>(Ct + k * DP, cv);
         if (k > 0) {
-          const float4* prev = hs_at(k - 1, int(threadIdx.x));
+          const float4* prev = hs_at(k - 1);
 #pragma unroll
           for (int q4 = 0; q4 < S / 4; ++q4) {
             const float4 v = prev[q4];
@@ -568,66 +605,41 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
           S1 = fmaf(dh[s], bv[s], S1);
           dAn[s] = dA;
         }
-        // this warp's dh tile row (kk, wch)
-        float4* td = reinterpret_cast<float4*>(my_tiles + kk * tile_step + wch * DP + m.n0);
+        // dB terms (δ·u)·dh and dC terms dy·h_t, summed over the warp's channels
+        float v[NV];
+        const float w = dl * uv;
 #pragma unroll
-        for (int q4 = 0; q4 < S / 4; ++q4)
-          td[q4] = make_float4(dh[4 * q4], dh[4 * q4 + 1], dh[4 * q4 + 2], dh[4 * q4 + 3]);
+        for (int s = 0; s < S; ++s) {
+          v[s] = w * dh[s];
+          v[S + s] = dyv * hcur[s];
+          hcur[s] = hp[s];
+        }
+        reduce_scatter_channels<L, NV>(v, m.lane);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {  // entry index wch·R + r = (q, state s of lane j)
+          const int vi = wch * R + r, q = vi / S, n = m.j * S + vi % S;
+          ws[(kk * 2 + q) * DP + n] = v[r];
+        }
         S1 = group_sum_c<L>(S1);
         S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
         dD_acc = fmaf(dyv, uv, dD_acc);
         {  // every lane of the group: the same values
-          const float fd = has_sp ? sc_fd[k * CB + m.ch] : 1.f;
-          out_t(bf, 0)[k * CB + m.ch] = fmaf(uv, S1, S2) * fd;
-          out_t(bf, 1)[k * CB + m.ch] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
-        }
-      }
-      __syncwarp();
-      // warp-level sums over the warp's CW channels, channels ascending: unit =
-      // (q, kk, n-quad); q = 0: dB = Σ (δ·u)·dh from the tile, q = 1: dC = Σ dy·h_t from hs
-      {
-        float* ws = wsum + size_t(wb) * W * 2 * Q * DP + size_t(m.warp) * 2 * Q * DP;
-        const int nq = DP / 4;
-        const int units = 2 * Q * nq;
-        for (int u = m.lane; u < units; u += 32) {
-          const int q = u / (Q * nq);
-          const int kk = (u / nq) % Q;
-          const int n4 = (u % nq) * 4;
-          const int k = qb * Q + kk;
-          const int c0 = k * CB + m.warp * CW;  // scalars of the warp's first channel
-          const int lane_of = n4 / S, sub = (n4 % S) / 4;
-          float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-          for (int cc = 0; cc < CW; ++cc) {
-            float w;
-            float4 v;
-            if (q == 0) {
-              w = sc_delta[c0 + cc] * sc_u[c0 + cc];
-              v = reinterpret_cast<const float4*>(my_tiles + kk * tile_step + cc * DP + n4)[0];
-            } else {
-              w = sc_dy[c0 + cc];
-              v = hs_at(k, m.warp * 32 + cc * L + lane_of)[sub];
-            }
-            acc.x = fmaf(w, v.x, acc.x);
-            acc.y = fmaf(w, v.y, acc.y);
-            acc.z = fmaf(w, v.z, acc.z);
-            acc.w = fmaf(w, v.w, acc.w);
-          }
-          reinterpret_cast<float4*>(ws + (q * Q + kk) * DP + n4)[0] = acc;
+          const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
+          out_t(0)[k * CB + m.ch] = fmaf(uv, S1, S2) * fd;
+          out_t(1)[k * CB + m.ch] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
         }
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
-        const float* wbuf = wsum + size_t(wb) * W * 2 * Q * DP;
-        const int outs = 2 * Q * int(p.ds);
-        for (int o = int(threadIdx.x); o < outs; o += int(blockDim.x)) {
-          const int q = o / (Q * int(p.ds));
-          const int kk = (o / int(p.ds)) % Q;
-          const int n = o % int(p.ds);
+        const float* wbuf = wsum + size_t(wb) * W * NO;
+        for (int o = int(threadIdx.x); o < NO; o += kCkptMaxThreads) {
+          const int kk = o / (2 * DP), q = (o / DP) % 2, n = o % DP;
           const int64_t t = t0 + qb * Q + kk;
-          if (t < p.T) {
-            float acc = 0.f;
-            for (int w = 0; w < W; ++w) acc += wbuf[size_t(w) * 2 * Q * DP + (q * Q + kk) * DP + n];
+          if (n < p.ds && t < p.T) {
+            float acc = wbuf[o];
+#pragma unroll
+            for (int w = 1; w < W; ++w) acc += wbuf[size_t(w) * NO + o];
             float* part = q == 0 ? p.dB_part : p.dC_part;
             part[((row0 + t) * g.nblk_d + m.dblk) * p.ds + n] = acc;
           }
@@ -635,9 +647,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
       }
       wb ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }
+    // the last batch's barrier published this chunk's outputs; the next chunk's first
+    // barrier keeps its walk from overwriting them before every thread has stored them
+    store_outputs(c);
   }
-  __syncthreads();  // chunk 0's outputs
-  store_outputs(0);
 
   if (m.dvalid && m.nvalid > 0) {
     float out[S];

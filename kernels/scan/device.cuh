@@ -151,6 +151,28 @@ __device__ __forceinline__ float group_sum_c(float v) {
   return v;
 }
 
+// Sum over the CW = 32/L channel groups of a warp (lane bits log2 L .. 4) as a
+// reduce-scatter: lane (wch = lane / L, j) enters with NV values and leaves with
+// R = NV / CW sums in v[0 .. R): the sums over the warp's CW channels of the entry
+// values wch·R .. wch·R + R - 1. xor levels from mask 16 down to L; at each level a
+// lane keeps the half of its values that its mask bit selects and adds the partner's
+// copy of that half (keep + received): a fixed butterfly order, so the same inputs
+// give the same bits on every run.
+template <int L, int NV>
+__device__ __forceinline__ void reduce_scatter_channels(float (&v)[NV], int lane) {
+  static_assert(NV * L >= 32, "a lane's values cover the warp's channel groups");
+#pragma unroll
+  for (int m = 16, h = NV / 2; m >= L; m >>= 1, h >>= 1) {
+    const bool up = (lane & m) != 0;
+#pragma unroll
+    for (int i = 0; i < h; ++i) {
+      const float send = up ? v[i] : v[h + i];
+      const float keep = up ? v[h + i] : v[i];
+      v[i] = keep + shfl_xor(send, m);
+    }
+  }
+}
+
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) -------------------------
 // 16 bytes per call; both addresses 16-byte aligned. commit closes a group, wait_all
 // waits for every group of the calling thread (a __syncthreads then publishes them).
@@ -215,25 +237,49 @@ __device__ __forceinline__ void smem_vec(const __half* p, float (&v)[S]) {
   smem_vec_half<__half, S>(p, v);
 }
 
+// This thread's share of a block-cooperative copy of [rows][cols] tiles in 16-byte
+// units, computed once per kernel (the divisions stay out of the chunk loop): upr
+// units per row; when upr divides the block size every thread keeps one unit column
+// q and walks rows r0, r0 + rstep, ...; upr = 0 means no such map (the copy falls
+// back to the general loop).
+struct UnitMap {
+  int upr = 0, q = 0, r0 = 0, rstep = 0;
+};
+template <class T>
+__device__ __forceinline__ UnitMap unit_map(int cols) {
+  constexpr int kPer16 = int(16 / sizeof(T));
+  UnitMap m;
+  const int nt = int(blockDim.x), tid = int(threadIdx.x);
+  if (cols % kPer16 != 0) return m;
+  const int upr = cols / kPer16;
+  if (upr == 0 || nt % upr != 0) return m;
+  m.upr = upr;
+  m.q = tid % upr;
+  m.r0 = tid / upr;
+  m.rstep = nt / upr;
+  return m;
+}
+
 // A [rows][cols] tile of a row-strided global view into shared memory [rows][dst_ld]:
 // rows >= rows_valid and columns >= cols_valid are zero-filled. With `async16` (a
 // full tile whose global rows are 16-byte aligned and whose width is a multiple
 // of 16 bytes) through cp.async, else with plain loads. Every thread of the block
 // calls it (block-cooperative); the copies are complete after cp_async_wait_all()
-// and visible after the next __syncthreads().
+// and visible after the next __syncthreads(). `um` is unit_map<T>(cols).
 template <class T>
 __device__ __forceinline__ void stage_tile(T* dst, int dst_ld, const T* src, int64_t ld, int rows,
                                            int cols, int rows_valid, int cols_valid,
-                                           bool async16) {
+                                           bool async16, const UnitMap& um) {
   constexpr int kPer16 = int(16 / sizeof(T));
   const int tid = int(threadIdx.x), nt = int(blockDim.x);
   if (async16 && rows_valid == rows && cols_valid == cols) {
-    const int upr = cols / kPer16;  // 16-byte units per row
-    if (nt % upr == 0) {            // each thread keeps one unit column: no division per unit
-      const int q = tid % upr, rstep = nt / upr;
-      for (int r = tid / upr; r < rows; r += rstep)
-        cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);
+    if (um.upr > 0) {  // each thread keeps one unit column: no division per unit
+      const T* s = src + int64_t(um.r0) * ld + um.q * kPer16;
+      const int64_t sstep = int64_t(um.rstep) * ld;
+      for (int r = um.r0; r < rows; r += um.rstep, s += sstep)
+        cp_async16(dst + r * dst_ld + um.q * kPer16, s);
     } else {
+      const int upr = cols / kPer16;  // 16-byte units per row
       for (int u = tid; u < rows * upr; u += nt) {
         const int r = u / upr, q = u - r * upr;
         cp_async16(dst + r * dst_ld + q * kPer16, src + r * ld + q * kPer16);

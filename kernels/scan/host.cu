@@ -140,10 +140,10 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   pl.K = 16;
   pl.lanes = s.ds <= 16 ? 4 : (s.ds <= 64 ? 16 : 32);
   pl.log2_lanes = pl.lanes == 4 ? 2 : (pl.lanes == 16 ? 4 : 5);
-  pl.warps = warps > 0 ? warps : 4;
-  if (pl.warps * 32 > kCkptMaxThreads)
-    fail("scan::ckpt_plan", "warps", pl.warps, "<=", kCkptMaxThreads / 32,
-         "the kernels' launch bound (ckpt_kernels.cuh)");
+  pl.warps = warps > 0 ? warps : kCkptWarps;
+  if (pl.warps != kCkptWarps)
+    fail("scan::ckpt_plan", "warps", pl.warps, "==", kCkptWarps,
+         "the kernels are compiled for this block size (ckpt_kernels.cuh)");
   pl.cb = pl.warps * 32 / pl.lanes;
   pl.ds_pad = pl.lanes * pl.S;
   pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
