@@ -70,6 +70,11 @@ constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 1; }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), else 4.
 __host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : 4; }
+// Forward: checkpoint chunks per pipeline stage. The forward stages, transforms and
+// stores ckpt_fwd_stage·K steps at a time (one barrier, one pass of index arithmetic
+// per stage) and writes a checkpoint every K steps inside the stage: 2 up to DP = 64,
+// 1 above (there the B/C tiles dominate shared memory).
+__host__ __device__ constexpr int ckpt_fwd_stage(int dp) { return dp <= 64 ? 2 : 1; }
 
 struct CkptGeom {
   int lanes = 1;       // L
@@ -90,11 +95,15 @@ struct CkptGeom {
 __host__ __device__ inline size_t smem_region(size_t n, size_t e) { return (n * e + 15) / 16 * 16; }
 
 // Row strides (elements) of the per-(t, d) tiles: scalars SL = CB + CW; raw activation
-// tiles RL = CB + CW where those rows stay 16-byte multiples (cp.async), else CB.
-__host__ __device__ inline int sc_ld(const CkptGeom& g) { return g.cb + 32 / g.lanes; }
+// tiles RL = CB + CW where those rows stay 16-byte multiples (cp.async), else CB. The
+// kernels use the compile-time forms (sc_ld_c, raw_ld_c); the layout uses these.
+__host__ __device__ constexpr int sc_ld_c(int cb, int lanes) { return cb + 32 / lanes; }
+__host__ __device__ constexpr int raw_ld_c(int cb, int lanes, size_t elem) {
+  return (size_t(cb + 32 / lanes) * elem) % 16 == 0 ? cb + 32 / lanes : cb;
+}
+__host__ __device__ inline int sc_ld(const CkptGeom& g) { return sc_ld_c(g.cb, g.lanes); }
 __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
-  const int padded = g.cb + 32 / g.lanes;
-  return (size_t(padded) * elem) % 16 == 0 ? padded : g.cb;
+  return raw_ld_c(g.cb, g.lanes, elem);
 }
 
 // Shared memory layout (bytes, every region 16-byte aligned), both directions:
@@ -107,7 +116,8 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //                                       forward (stored after the next chunk's barrier), 1
 //                                       in the backward (stored after its last batch barrier)
 // backward only, after those:
-//   hs    [K][NT·S] f32                 the chunk's recomputed states, per thread (each
+//   hs    [K+1][NT·S] f32               the chunk's states, per thread: slot 0 the
+//                                       checkpoint, slot k+1 the state after step k (each
 //                                       thread reads back only its own)
 //   wsum  [2][W][Q][2][DP] f32          per warp sums of dB (0) and dC (1), double-buffered
 //                                       across batches
@@ -128,7 +138,7 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.sc = m.bc + 4 * smem_region(size_t(K) * g.ds_pad, elem);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
-  m.wsum = m.hs + (backward ? smem_region(size_t(K) * hs_step_floats(g, S), 4) : 0);
+  m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
   m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   return m;
 }
@@ -275,21 +285,23 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
 }
 
 // ---- forward --------------------------------------------------------------------------
-// grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = false).
+// grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(KF, .., backward = false)
+// with KF = ckpt_fwd_stage(DP)·K rows per stage.
 template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
+  constexpr int FS = ckpt_fwd_stage(DP), KF = FS * K;  // checkpoints / steps per stage
+  constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
   const bool has_z = p.z != nullptr;
   const CkptSmem lay =
-      ckpt_smem(g, K, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
-  const int RL = raw_ld(g, sizeof(T)), SL = sc_ld(g);
+      ckpt_smem(g, KF, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
   char* base = reinterpret_cast<char*>(smem);
-  const size_t act_bytes = smem_region(size_t(K) * RL, sizeof(T));
-  const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
-  const size_t sc_bytes = smem_region(size_t(K) * SL, 4);
-  const size_t out_bytes = smem_region(size_t(K) * CB, 4);
+  const size_t act_bytes = smem_region(size_t(KF) * RL, sizeof(T));
+  const size_t bc_bytes = smem_region(size_t(KF) * DP, sizeof(T));
+  const size_t sc_bytes = smem_region(size_t(KF) * SL, 4);
+  const size_t out_bytes = smem_region(size_t(KF) * CB, 4);
   // raw tile `i` of buffer `bf`; B (i = 0) / C (i = 1) tile of buffer `bf`; scalar array `i`
   auto raw = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * fwd_n_act(has_z) + i) * act_bytes);
@@ -316,42 +328,44 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   const float Dd = p.D ? __ldg(p.D + m.d) : 0.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
   const int64_t row0 = m.b * p.T;
-  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
+  const int64_t n_stage = (p.T + KF - 1) / KF;
+  const bool saves = p.ckpt && m.dvalid && m.nvalid > 0;
+  // this thread's checkpoint row of chunk 0; chunk i is i·ckpt_step further
+  float* ckpt_row = saves ? p.ckpt + ((m.b * g.n_ckpt) * p.di + m.d) * p.ds + m.n0 : nullptr;
+  const int64_t ckpt_step = p.di * p.ds;
+  zero_bc_padding<T>(bct(0, 0), KF, DP, p.ds);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
   auto stage = [&](int64_t c, int bf) {
-    const int64_t r = row0 + c * K;
-    const int rv = int(min(int64_t(K), p.T - c * K));
-    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+    const int64_t r = row0 + c * KF;
+    const int rv = int(min(int64_t(KF), p.T - c * KF));
+    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, KF, CB, rv,
                   m.cols_valid, g.async_act, act_map);
-    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
+    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, KF, CB, rv, m.cols_valid,
                   g.async_act, act_map);
     if (has_z)
-      stage_tile<T>(raw(bf, 2), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+      stage_tile<T>(raw(bf, 2), RL, p.z + r * p.ld_z + m.d0, p.ld_z, KF, CB, rv, m.cols_valid,
                     g.async_act, act_map);
-    stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
+    stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, KF, int(p.ds), rv, int(p.ds),
                   g.async_bc, bc_map);
-    stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
+    stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, KF, int(p.ds), rv, int(p.ds),
                   g.async_bc, bc_map);
     cp_async_commit();
   };
   stage(0, 0);
 
-  for (int64_t c = 0; c < g.n_ckpt; ++c) {
+  for (int64_t c = 0; c < n_stage; ++c) {
     const int bf = int(c & 1);
-    const int64_t t0 = c * K;
-    const int nk = int(min(int64_t(K), p.T - t0));
+    const int64_t t0 = c * KF;
+    const int nk = int(min(int64_t(KF), p.T - t0));
     cp_async_wait_all();
-    __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c-1
-    if (c + 1 < g.n_ckpt) stage(c + 1, bf ^ 1);  // copies overlap this chunk's math
-    if (c > 0)  // chunk c-1's y, one coalesced pass
-      store_chunk<T, CB>(p.y + (row0 + t0 - K) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), K,
+    __syncthreads();  // stage c's tiles are in buffer bf; every thread is done with stage c-1
+    if (c + 1 < n_stage) stage(c + 1, bf ^ 1);  // copies overlap this stage's math
+    if (c > 0)  // stage c-1's y, one coalesced pass
+      store_chunk<T, CB>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), KF,
                          m.cols_valid);
-    if (p.ckpt && m.dvalid && m.nvalid > 0)  // the state before step t0
-      store_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
-                      m.nvalid, h);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
-    for (int k = m.j; k < K; k += L) {
+    for (int k = m.j; k < KF; k += L) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
       const float x = smem_f32(raw(bf, 0)[e]);
       const float dl = k < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
@@ -365,7 +379,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     const T* Bt = bct(bf, 0) + m.n0;
     const T* Ct = bct(bf, 1) + m.n0;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {  // branch-free: steps past T leave h unchanged
+    for (int k = 0; k < KF; ++k) {  // branch-free: steps past T leave h unchanged
+      if (k % K == 0) {  // the state before step t0 + k: checkpoint (t0 + k) / K
+        const int64_t ci = c * FS + k / K;
+        if (saves && ci < g.n_ckpt) store_states<S>(ckpt_row + ci * ckpt_step, g.vec_state, m.nvalid, h);
+      }
       const float dl = sc_delta[k * SL + m.ch];
       const float du = sc_du[k * SL + m.ch];
       float bv[S], cv[S];
@@ -383,11 +401,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       out_y(bf)[k * CB + m.ch] = yv;  // every lane of the group: the same value
     }
   }
-  __syncthreads();  // the last chunk's y
+  __syncthreads();  // the last stage's y
   {
-    const int64_t c = g.n_ckpt - 1;
-    store_chunk<T, CB>(p.y + (row0 + c * K) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
-                       int(p.T - c * K), m.cols_valid);
+    const int64_t c = n_stage - 1;
+    store_chunk<T, CB>(p.y + (row0 + c * KF) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
+                       int(p.T - c * KF), m.cols_valid);
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
     store_states<S>(p.h_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
@@ -413,7 +431,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
   const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
   const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp),
                                  bwd_n_out(has_z), true);
-  const int RL = raw_ld(g, sizeof(T)), SL = sc_ld(g);
+  constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
+  constexpr int HS = 32 * W * S;  // floats per hs slot
   char* base = reinterpret_cast<char*>(smem);
   const size_t act_bytes = smem_region(size_t(K) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
@@ -430,12 +449,26 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
   float* sc_fd = reinterpret_cast<float*>(base + lay.sc + (3 + int(has_z)) * sc_bytes);  // softplus
   // outputs: dδ (0), du (1), dz (2)
   auto out_t = [&](int i) { return reinterpret_cast<float*>(base + lay.out + size_t(i) * out_bytes); };
-  float* hsf = reinterpret_cast<float*>(base + lay.hs);  // [K][hs_step]
+  // this thread's hs slots [K+1][S] (stride HS): slot i = the state before step i
+  float* my_hs = reinterpret_cast<float*>(base + lay.hs) + size_t(threadIdx.x) * S;
   float* wsum = reinterpret_cast<float*>(base + lay.wsum);
-  const int hs_step = int(hs_step_floats(g, S));
-  // the state slot of step k of this thread (S/4 float4s)
-  auto hs_at = [&](int k) {
-    return reinterpret_cast<float4*>(hsf + size_t(k) * hs_step + size_t(threadIdx.x) * S);
+  auto hs_at = [&](int i) { return reinterpret_cast<float4*>(my_hs + i * HS); };
+  auto put_states = [&](int i, const float(&v)[S]) {
+    float4* slot = hs_at(i);
+#pragma unroll
+    for (int q4 = 0; q4 < S / 4; ++q4)
+      slot[q4] = make_float4(v[4 * q4], v[4 * q4 + 1], v[4 * q4 + 2], v[4 * q4 + 3]);
+  };
+  auto get_states = [&](int i, float(&v)[S]) {
+    const float4* slot = hs_at(i);
+#pragma unroll
+    for (int q4 = 0; q4 < S / 4; ++q4) {
+      const float4 x = slot[q4];
+      v[4 * q4] = x.x;
+      v[4 * q4 + 1] = x.y;
+      v[4 * q4 + 2] = x.z;
+      v[4 * q4 + 3] = x.w;
+    }
   };
 
   // a = exp_coef(A); S2 is accumulated with a and scaled back once per step
@@ -527,6 +560,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
       float h[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) h[s] = hck[s];
+      put_states(0, h);
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const float dl = sc_delta[k * SL + m.ch];
@@ -538,10 +572,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
           const float dA = expm<E>(dl * a[s]);
           h[s] = fmaf(dA, h[s], du * bv[s]);
         }
-        float4* slot = hs_at(k);
-#pragma unroll
-        for (int q4 = 0; q4 < S / 4; ++q4)
-          slot[q4] = make_float4(h[4 * q4], h[4 * q4 + 1], h[4 * q4 + 2], h[4 * q4 + 3]);
+        put_states(k + 1, h);
         if (has_z) {  // block-uniform
           float cv[S];
           smem_vec<S>(Ct + k * DP, cv);
@@ -556,19 +587,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
 
     // walk the chunk backwards, all K steps, Q per dB/dC batch; steps past T have
     // dl = dy = 0: dA = 1 and dh, dAn (= 1), dal, dD unchanged, no dB/dC terms.
-    // hcur = h_t of the step walked (hs(k)); hp = h_{t-1} (hs(k-1), or the checkpoint).
+    // hcur = h_t of the step walked (slot k+1); hp = h_{t-1} (slot k).
     float hcur[S];
-    {
-      const float4* last = hs_at(K - 1);
-#pragma unroll
-      for (int q4 = 0; q4 < S / 4; ++q4) {
-        const float4 v = last[q4];
-        hcur[4 * q4] = v.x;
-        hcur[4 * q4 + 1] = v.y;
-        hcur[4 * q4 + 2] = v.z;
-        hcur[4 * q4 + 3] = v.w;
-      }
-    }
+    get_states(K, hcur);
     for (int qb = K / Q - 1; qb >= 0; --qb) {
       float* ws = wsum + (size_t(wb) * W + m.warp) * NO;  // this warp's sums of this batch
 #pragma unroll
@@ -580,20 +601,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
         float bv[S], cv[S], hp[S];
         smem_vec<S>(Bt + k * DP, bv);
         smem_vec<S>(Ct + k * DP, cv);
-        if (k > 0) {
-          const float4* prev = hs_at(k - 1);
-#pragma unroll
-          for (int q4 = 0; q4 < S / 4; ++q4) {
-            const float4 v = prev[q4];
-            hp[4 * q4] = v.x;
-            hp[4 * q4 + 1] = v.y;
-            hp[4 * q4 + 2] = v.z;
-            hp[4 * q4 + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int s = 0; s < S; ++s) hp[s] = hck[s];
-        }
+        get_states(k, hp);
         float S1 = 0.f, S2 = 0.f;
 #pragma unroll
         for (int s = 0; s < S; ++s) {

@@ -78,7 +78,7 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
                 async_rows(a.z, a.ld_z, pl.cb);
   const size_t smem =
-      ckpt_smem(g, K, S, sizeof(T), fwd_n_act(a.z != nullptr), fwd_n_sc(a.z != nullptr),
+      ckpt_smem(g, ckpt_fwd_stage(L * S) * K, S, sizeof(T), fwd_n_act(a.z != nullptr), fwd_n_sc(a.z != nullptr),
                 fwd_n_out(), false)
           .total;
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
