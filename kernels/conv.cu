@@ -81,30 +81,31 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
     for (int64_t tg = t0; tg < t1; tg += U) {
       float xq[U];
 #pragma unroll
-      for (int q = 0; q < U; ++q) xq[q] = dev::to_f32(xcol[(tg + q < t1 ? tg + q : t1 - 1) * ld_x]);
+      for (int q = 0; q < U; ++q)  // clamped past the chunk: a valid address
+        xq[q] = dev::to_f32(xcol[(tg + q < t1 ? tg + q : t1 - 1) * ld_x]);
 #pragma unroll
-    for (int q = 0; q < U; ++q) {
-      const int64_t t = tg + q;
-      if (t >= t1) break;
-      const int64_t row = c.b * T_len + t;
-      // shift + insert, then save: saved before the insert, the window would be off
-      // by one step and flip the sign of the conv weight gradient
+      for (int q = 0; q < U; ++q) {
+        const int64_t t = tg + q;
+        if (t >= t1) break;
+        const int64_t row = c.b * T_len + t;
+        // shift + insert, then save: saved before the insert, the window would be off
+        // by one step and flip the sign of the conv weight gradient
 #pragma unroll
-      for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
-      s[KDC - 1] = xq[q];
-      float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
-#pragma unroll
-      for (int r = 0; r < KDC; ++r)
-        if (r >= pad) acc += s[r] * wr[r];
-      if (windows) {
-        float* wt = windows + (row * di + c.d) * dc;
+        for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
+        s[KDC - 1] = xq[q];
+        float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
 #pragma unroll
         for (int r = 0; r < KDC; ++r)
-          if (r >= pad) wt[r - pad] = s[r];
+          if (r >= pad) acc += s[r] * wr[r];
+        if (windows) {
+          float* wt = windows + (row * di + c.d) * dc;
+#pragma unroll
+          for (int r = 0; r < KDC; ++r)
+            if (r >= pad) wt[r - pad] = s[r];
+        }
+        if (pc) pc[row * di + c.d] = dev::from_f32<T>(acc);
+        u[row * di + c.d] = dev::from_f32<T>(dev::silu(acc));
       }
-      if (pc) pc[row * di + c.d] = dev::from_f32<T>(acc);
-      u[row * di + c.d] = dev::from_f32<T>(dev::silu(acc));
-    }
     }
   }
 }
@@ -236,53 +237,53 @@ __global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 2 : 1)
         tap_q[u] = rebuild && t > t0 ? window_tap(sv, c.b, t - 1, T_len, di, dc, c.d, 0) : 0.0f;
       }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t t = tg - u;
-      if (t < t0) break;
-      const int64_t row = c.b * T_len + t;
-      const int64_t idx = row * di + c.d;
-      float pct;
-      if (sv.pc) {
-        pct = pc_q[u];
-      } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
-        float acc = bd;
+      for (int u = 0; u < U; ++u) {
+        const int64_t t = tg - u;
+        if (t < t0) break;
+        const int64_t row = c.b * T_len + t;
+        const int64_t idx = row * di + c.d;
+        float pct;
+        if (sv.pc) {
+          pct = pc_q[u];
+        } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
+          float acc = bd;
 #pragma unroll
-        for (int r = 0; r < KDC; ++r)
-          if (r >= pad) acc += win[r] * wr[r];
-        pct = dev::round_f32<T>(acc);
+          for (int r = 0; r < KDC; ++r)
+            if (r >= pad) acc += win[r] * wr[r];
+          pct = dev::round_f32<T>(acc);
+        }
+        const float g = du_q[u] * dev::silu_grad(pct);
+        // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
+        // (w[dc−1−j] sits at register KDC−1−j)
+        float carry = 0.0f;
+#pragma unroll
+        for (int j = KDC - 1; j >= 1; --j)
+          if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
+        float v = g * wr[KDC - 1] + carry;
+        // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
+        if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
+        dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
+        if (!rebuild) {
+          const float* wt = sv.windows + idx * dc;
+#pragma unroll
+          for (int r = 0; r < KDC; ++r)
+            if (r >= pad) dw[r] += g * wt[r - pad];
+        } else {
+#pragma unroll
+          for (int r = 0; r < KDC; ++r)
+            if (r >= pad) dw[r] += g * win[r];
+          // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
+          const float tap0 = tap_q[u];
+#pragma unroll
+          for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
+            win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
+          win[0] = pad == 0 ? tap0 : 0.0f;
+        }
+        db += g;
+#pragma unroll
+        for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
+        gn[0] = g;
       }
-      const float g = du_q[u] * dev::silu_grad(pct);
-      // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
-      // (w[dc−1−j] sits at register KDC−1−j)
-      float carry = 0.0f;
-#pragma unroll
-      for (int j = KDC - 1; j >= 1; --j)
-        if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
-      float v = g * wr[KDC - 1] + carry;
-      // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
-      if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
-      dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
-      if (!rebuild) {
-        const float* wt = sv.windows + idx * dc;
-#pragma unroll
-        for (int r = 0; r < KDC; ++r)
-          if (r >= pad) dw[r] += g * wt[r - pad];
-      } else {
-#pragma unroll
-        for (int r = 0; r < KDC; ++r)
-          if (r >= pad) dw[r] += g * win[r];
-        // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
-        const float tap0 = tap_q[u];
-#pragma unroll
-        for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
-          win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
-        win[0] = pad == 0 ? tap0 : 0.0f;
-      }
-      db += g;
-#pragma unroll
-      for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
-      gn[0] = g;
-    }
     }
     const int64_t prow = (c.b * n_chunks + c.chunk) * di + c.d;
     float* pwr = pw + prow * dc;

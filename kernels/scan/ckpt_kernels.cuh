@@ -382,7 +382,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     for (int k = 0; k < KF; ++k) {  // branch-free: steps past T leave h unchanged
       if (k % K == 0) {  // the state before step t0 + k: checkpoint (t0 + k) / K
         const int64_t ci = c * FS + k / K;
-        if (saves && ci < g.n_ckpt) store_states<S>(ckpt_row + ci * ckpt_step, g.vec_state, m.nvalid, h);
+        if (saves && ci < g.n_ckpt)
+          store_states<S>(ckpt_row + ci * ckpt_step, g.vec_state, m.nvalid, h);
       }
       const float dl = sc_delta[k * SL + m.ch];
       const float du = sc_du[k * SL + m.ch];
