@@ -21,13 +21,6 @@ constexpr int kDC = int(Limits::kMaxDConv);
 // either way (taps >= dc are skipped), in fewer registers for the narrow case.
 constexpr int kNarrowDC = 4;
 
-// Steps whose loads a thread issues together before computing them (both directions):
-// a step's loads (the input row; du, pc and the next window tap in the backward) depend
-// on nothing computed, so a group of them is in flight at once instead of one DRAM round
-// trip per step. The backward's narrow kernel is bounded to 2 blocks of 256 per SM (128
-// registers) so that its 8-deep queues fit without spills.
-constexpr int kConvPrefetch = 8;
-
 // Thread index -> (b, chunk, d) with d fastest (coalesced [.., di] accesses).
 struct ChunkCoord {
   int64_t b, chunk, d;
@@ -73,39 +66,30 @@ __global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
       }
     }
     const float bd = bias[c.d];
-    // the inputs of a group of kConvPrefetch steps are loaded together before the group
-    // computes, so that many loads are in flight at once (one load ahead per step left
-    // the loop waiting on a DRAM round trip every step)
-    constexpr int U = kConvPrefetch;
-    const T* xcol = xb + c.b * T_len * ld_x + c.d;  // xb[b, 0, d]; row t is t·ld_x further
-    for (int64_t tg = t0; tg < t1; tg += U) {
-      float xq[U];
+    // the next step's input is loaded one step ahead, so that a load is in flight
+    // while a step computes (one dependent load per step left the loop latency-bound)
+    T next = xb[(c.b * T_len + t0) * ld_x + c.d];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = c.b * T_len + t;
+      const T cur = next;
+      if (t + 1 < t1) next = xb[(row + 1) * ld_x + c.d];
+      // shift + insert, then save: saved before the insert, the window would be off
+      // by one step and flip the sign of the conv weight gradient
 #pragma unroll
-      for (int q = 0; q < U; ++q)  // clamped past the chunk: a valid address
-        xq[q] = dev::to_f32(xcol[(tg + q < t1 ? tg + q : t1 - 1) * ld_x]);
+      for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
+      s[KDC - 1] = dev::to_f32(cur);
+      float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
 #pragma unroll
-      for (int q = 0; q < U; ++q) {
-        const int64_t t = tg + q;
-        if (t >= t1) break;
-        const int64_t row = c.b * T_len + t;
-        // shift + insert, then save: saved before the insert, the window would be off
-        // by one step and flip the sign of the conv weight gradient
-#pragma unroll
-        for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
-        s[KDC - 1] = xq[q];
-        float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
+      for (int r = 0; r < KDC; ++r)
+        if (r >= pad) acc += s[r] * wr[r];
+      if (windows) {
+        float* wt = windows + (row * di + c.d) * dc;
 #pragma unroll
         for (int r = 0; r < KDC; ++r)
-          if (r >= pad) acc += s[r] * wr[r];
-        if (windows) {
-          float* wt = windows + (row * di + c.d) * dc;
-#pragma unroll
-          for (int r = 0; r < KDC; ++r)
-            if (r >= pad) wt[r - pad] = s[r];
-        }
-        if (pc) pc[row * di + c.d] = dev::from_f32<T>(acc);
-        u[row * di + c.d] = dev::from_f32<T>(dev::silu(acc));
+          if (r >= pad) wt[r - pad] = s[r];
       }
+      if (pc) pc[row * di + c.d] = dev::from_f32<T>(acc);
+      u[row * di + c.d] = dev::from_f32<T>(dev::silu(acc));
     }
   }
 }
@@ -152,16 +136,12 @@ struct ConvSaved {
 };
 
 // Tap k of the window W_t of (b, d): xb[t − (dc−1) + k] if that index >= 0, else S0[t + k + 1].
-// Branch-free: both loads are made from clamped, valid addresses and one is selected, so
-// a run of taps can be loaded back to back (the backward's prefetch group below).
 template <class T>
 __device__ __forceinline__ float window_tap(const ConvSaved<T>& sv, int64_t b, int64_t t,
                                             int64_t T_len, int64_t di, int dc, int64_t d, int k) {
   const int64_t src = t - (dc - 1) + k;
-  const bool in_x = src >= 0;
-  const float x = dev::to_f32(sv.xb[(b * T_len + (in_x ? src : 0)) * sv.ld_x + d]);
-  const float s = sv.s0[(b * di + d) * dc + (in_x ? 0 : t + k + 1)];
-  return in_x ? x : s;
+  return src >= 0 ? dev::to_f32(sv.xb[(b * T_len + src) * sv.ld_x + d])
+                  : sv.s0[(b * di + d) * dc + (t + k + 1)];
 }
 
 // pc_t of (b, d): saved, or rebuilt (bias + Σ_k W_t[k]·w[k], k ascending — the
@@ -185,14 +165,13 @@ __device__ __forceinline__ float conv_grad_at(const T* du, const ConvSaved<T>& s
   return dev::to_f32(du[idx]) * dev::silu_grad(pc_at(sv, b, t, T_len, di, dc, d));
 }
 
-
 // One thread per (b, chunk, d), t descending inside the chunk.
 //   du, pc [B, T, di] T, windows [B, T, di, dc] f32, w [di, dc]
 //   -> dxb [B, T, di] T, pw [B, n_chunks, di, dc] f32, pb [B, n_chunks, di] f32,
 //      d_state0 [B, di, dc] f32 (opt; written by the chunk-0 threads)
 // Right-aligned registers as in the forward: tap k of w at register k + pad.
 template <class T, int KDC>
-__global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 2 : 1)
+__global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
     conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv,
                                        const float* __restrict__ w, int64_t B, int64_t T_len,
                                        int64_t di, int dc, int64_t n_chunks, T* __restrict__ dxb,
@@ -224,66 +203,51 @@ __global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 2 : 1)
       win[r] = rebuild && r >= pad ? window_tap(sv, c.b, t1 - 1, T_len, di, dc, c.d, r - pad) : 0.0f;
     const float bd = rebuild ? sv.bias[c.d] : 0.0f;
     float db = 0.0f;
-    constexpr int U = kConvPrefetch;
-    for (int64_t tg = t1 - 1; tg >= t0; tg -= U) {
-      // the group's loads: du_t, pc_t (saved) and tap 0 of W_{t−1} (rebuilt), t = tg − u
-      float du_q[U], pc_q[U], tap_q[U];
+#pragma unroll 4
+    for (int64_t t = t1 - 1; t >= t0; --t) {
+      const int64_t row = c.b * T_len + t;
+      const int64_t idx = row * di + c.d;
+      float pct;
+      if (sv.pc) {
+        pct = dev::to_f32(sv.pc[idx]);
+      } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
+        float acc = bd;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t t = tg - u >= t0 ? tg - u : t0;  // clamped: a valid address
-        const int64_t idx = (c.b * T_len + t) * di + c.d;
-        du_q[u] = dev::to_f32(du[idx]);
-        pc_q[u] = sv.pc ? dev::to_f32(sv.pc[idx]) : 0.0f;
-        tap_q[u] = rebuild && t > t0 ? window_tap(sv, c.b, t - 1, T_len, di, dc, c.d, 0) : 0.0f;
+        for (int r = 0; r < KDC; ++r)
+          if (r >= pad) acc += win[r] * wr[r];
+        pct = dev::round_f32<T>(acc);
       }
+      const float g = dev::to_f32(du[idx]) * dev::silu_grad(pct);
+      // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
+      // (w[dc−1−j] sits at register KDC−1−j)
+      float carry = 0.0f;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t t = tg - u;
-        if (t < t0) break;
-        const int64_t row = c.b * T_len + t;
-        const int64_t idx = row * di + c.d;
-        float pct;
-        if (sv.pc) {
-          pct = pc_q[u];
-        } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
-          float acc = bd;
+      for (int j = KDC - 1; j >= 1; --j)
+        if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
+      float v = g * wr[KDC - 1] + carry;
+      // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
+      if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
+      dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
+      if (!rebuild) {
+        const float* wt = sv.windows + idx * dc;
 #pragma unroll
-          for (int r = 0; r < KDC; ++r)
-            if (r >= pad) acc += win[r] * wr[r];
-          pct = dev::round_f32<T>(acc);
-        }
-        const float g = du_q[u] * dev::silu_grad(pct);
-        // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
-        // (w[dc−1−j] sits at register KDC−1−j)
-        float carry = 0.0f;
+        for (int r = 0; r < KDC; ++r)
+          if (r >= pad) dw[r] += g * wt[r - pad];
+      } else {
 #pragma unroll
-        for (int j = KDC - 1; j >= 1; --j)
-          if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
-        float v = g * wr[KDC - 1] + carry;
-        // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
-        if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
-        dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
-        if (!rebuild) {
-          const float* wt = sv.windows + idx * dc;
+        for (int r = 0; r < KDC; ++r)
+          if (r >= pad) dw[r] += g * win[r];
+        // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
+        const float tap0 = t > t0 ? window_tap(sv, c.b, t - 1, T_len, di, dc, c.d, 0) : 0.0f;
 #pragma unroll
-          for (int r = 0; r < KDC; ++r)
-            if (r >= pad) dw[r] += g * wt[r - pad];
-        } else {
-#pragma unroll
-          for (int r = 0; r < KDC; ++r)
-            if (r >= pad) dw[r] += g * win[r];
-          // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
-          const float tap0 = tap_q[u];
-#pragma unroll
-          for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
-            win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
-          win[0] = pad == 0 ? tap0 : 0.0f;
-        }
-        db += g;
-#pragma unroll
-        for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
-        gn[0] = g;
+        for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
+          win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
+        win[0] = pad == 0 ? tap0 : 0.0f;
       }
+      db += g;
+#pragma unroll
+      for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
+      gn[0] = g;
     }
     const int64_t prow = (c.b * n_chunks + c.chunk) * di + c.d;
     float* pwr = pw + prow * dc;
