@@ -88,6 +88,13 @@ def truth(v, path, where):
     raise InputError(f"{path}: {where}: expected true/false, got {v!r}")
 
 
+def fmt_us(v):
+    """A time in µs for the side-by-side tables: whole µs from 100 up, one decimal below."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:.1f}" if abs(v) < 99.95 else fmt(v, 6)  # 99.95 and up print as whole µs
+
+
 def fmt(v, digits=3):
     """Compact number formatting for tables."""
     if v is None:
@@ -404,8 +411,8 @@ def peer_section(peer, scan):
             mem = next((num(r["raw"].get("scan_mem_bytes")) for r in reversed(rs) if r), None)
             alloc = next((num(r["raw"].get("total_alloc_bytes")) for r in reversed(rs) if r), None)
             rows.append((pr["dtype"], pr["T"], pr["d_state"], mode,
-                         " / ".join(fmt(u, 6) if u else "—" for u in us),
-                         " / ".join(fmt(u, 6) for u in pus), " / ".join(ratio),
+                         " / ".join(fmt_us(u) for u in us),
+                         " / ".join(fmt_us(u) for u in pus), " / ".join(ratio),
                          si(mem, "B"), si(alloc, "B"), si(num(pr.get("peak_scan_bytes")), "B"),
                          si(num(pr.get("saved_state_bytes")), "B"), unstable or "none"))
     if not rows:
