@@ -20,8 +20,6 @@ inline CkptGeom to_geom(const CkptPlan& pl) {
   g.log2_lanes = pl.log2_lanes;
   g.warps = pl.warps;
   g.cb = pl.cb;
-  g.log2_cb = 0;
-  while ((1 << g.log2_cb) < pl.cb) ++g.log2_cb;
   g.ds_pad = pl.ds_pad;
   g.nblk_d = pl.nblk_d;
   g.n_ckpt = pl.n_ckpt;
