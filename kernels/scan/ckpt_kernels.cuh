@@ -56,7 +56,7 @@
 namespace mc::kern::scan_detail {
 
 // ---- geometry shared by host and device --------------------------------------------
-// Blocks are kCkptWarps warps (ckpt_plan refuses other counts), so the channels per
+// Blocks are kCkptWarps warps (ckpt_plan always plans them), so the channels per
 // block CB = kCkptWarps·32/L and the states per tile row DP = L·S are compile-time
 // constants of each kernel instance.
 // Launch bounds. The backward asks for 3 resident blocks per SM at S = 4: 65536

@@ -28,8 +28,8 @@ struct CkptPlan {
   int64_t blocks = 0;  // B * nblk_d
   size_t smem_bytes = 0;
 };
-// warps = 0: the default for the direction (a pure function of the shape).
-CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps = 0);
+// A pure function of the shape and the direction.
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward);
 
 // Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,
 // dD_part; off[4] = total. Each part 256-byte aligned.

@@ -96,8 +96,8 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
 }
 
 template <class T>
-void ckpt_forward(const scan::FwdParams<T>& p, int warps, cudaStream_t st) {
-  const CkptPlan pl = ckpt_plan(p.shape, false, warps);
+void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
+  const CkptPlan pl = ckpt_plan(p.shape, false);
   switch (pl.S * 100 + pl.lanes) {  // the four compiled (states, lanes) configurations
     case 404: ckpt_forward_s<T, 4, 4, 16>(p, pl, st); break;
     case 416: ckpt_forward_s<T, 4, 16, 16>(p, pl, st); break;
@@ -184,8 +184,8 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
 }
 
 template <class T>
-void ckpt_backward(const scan::BwdParams<T>& p, int warps, cudaStream_t st) {
-  const CkptPlan pl = ckpt_plan(p.shape, true, warps);
+void ckpt_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
+  const CkptPlan pl = ckpt_plan(p.shape, true);
   switch (pl.S * 100 + pl.lanes) {
     case 404: ckpt_backward_s<T, 4, 4, 16>(p, pl, st); break;
     case 416: ckpt_backward_s<T, 4, 16, 16>(p, pl, st); break;
@@ -272,7 +272,7 @@ void forward(const FwdParams<T>& p, cudaStream_t stream) {
   require_ptr(fn, "a_neg", p.a_neg);
   require_ptr(fn, "y", p.y.p);
   if (p.route == Route::Checkpointed)
-    ckpt_forward<T>(p, 0, stream);
+    ckpt_forward<T>(p, stream);
   else
     legacy_forward<T>(p, stream);
 }
@@ -308,7 +308,7 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0)
     throw ConfigError(std::string(fn) + ": workspace must be 256-byte aligned (cudaMalloc is)");
   if (p.route == Route::Checkpointed)
-    ckpt_backward<T>(p, 0, stream);
+    ckpt_backward<T>(p, stream);
   else
     legacy_backward<T>(p, stream);
 }

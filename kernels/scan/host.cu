@@ -131,7 +131,7 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
   return ld;
 }
 
-CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
   CkptPlan pl;
   // (lanes, states) per channel: (4, 4) up to d_state 16, (16, 4) up to 64, (32, 4) up
   // to 128, (32, 8) up to 256 — the kernels are compiled for these four (the lane
@@ -140,10 +140,7 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int warps) {
   pl.K = 16;
   pl.lanes = s.ds <= 16 ? 4 : (s.ds <= 64 ? 16 : 32);
   pl.log2_lanes = pl.lanes == 4 ? 2 : (pl.lanes == 16 ? 4 : 5);
-  pl.warps = warps > 0 ? warps : kCkptWarps;
-  if (pl.warps != kCkptWarps)
-    fail("scan::ckpt_plan", "warps", pl.warps, "==", kCkptWarps,
-         "the kernels are compiled for this block size (ckpt_kernels.cuh)");
+  pl.warps = kCkptWarps;  // the kernels are compiled for this block size
   pl.cb = pl.warps * 32 / pl.lanes;
   pl.ds_pad = pl.lanes * pl.S;
   pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
