@@ -42,7 +42,10 @@
 // levels every lane holds 2S/CW sums over the warp's channels (reduce_scatter_channels,
 // device.cuh), which it writes to its warp's slot of wsum. Every Q steps, after one
 // block barrier, the warps' sums are added in warp order and written as the block's
-// partial [b, t, group, n]; a fixed-order kernel sums the groups (ckpt_reduce). dD and
+// partial [b, t, group, n]; a fixed-order kernel sums the groups (ckpt_reduce). Long
+// sequences run as several launches over segments of chunks (last first), so that
+// the partials hold one segment's rows; the carries pass between them through device
+// memory unchanged, so the bits do not depend on the segmentation. dD and
 // dA_log partials are per (b, d[, n]) — one thread owns each over all t — and are
 // summed over b by the seed route's fixed-order reduction. No atomics anywhere.
 //
@@ -71,6 +74,12 @@ constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 1; }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), else 4.
 __host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : 4; }
+// Backward: recomputed steps whose states a thread holds in registers before storing
+// them to hs (S·RG registers): the whole chunk at (S, L) = (4, 4), half of it where the
+// wider lane groups or 8 states per thread leave fewer registers (ptxas spilled there).
+__host__ __device__ constexpr int ckpt_recompute_group(int S, int L, int K) {
+  return S == 4 && L == 4 ? K : K / 2;
+}
 // Forward: checkpoint chunks per pipeline stage. The forward stages, transforms and
 // stores ckpt_fwd_stage·K steps at a time (one barrier, one pass of index arithmetic
 // per stage) and writes a checkpoint every K steps inside the stage: 2 up to DP = 64,
@@ -209,6 +218,12 @@ struct CkptBwdArgs {
   float* dAlog_part;  // [B, di, ds]
   float* dD_part;     // [B, di]
   float* dh0;         // [B, di, ds] or null
+  // This launch's segment: chunks c_lo .. c_hi-1, walked last to first. The partials
+  // hold the segment's rows only: [B, seg_rows, nblk_d, ds], row t - c_lo·K. Between
+  // segments the walk's carries (dh, dAn, dal [B, di, ds] each, then dD [B, di]) wait
+  // in `carry`: read unless the segment ends at T, written unless it starts at 0.
+  int64_t c_lo, c_hi, seg_rows;
+  float* carry;
 };
 
 // Which thread serves what (both kernels).
@@ -383,6 +398,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
     const T* Ct = bct(bf, 1) + m.n0;
+    // The stage's y stay in registers until its last step: a shared-memory store inside
+    // the step loop would order every later step's loads after it (the compiler cannot
+    // tell the regions apart), serialising the steps; without it they overlap.
+    float ys[KF];
 #pragma unroll
     for (int k = 0; k < KF; ++k) {  // branch-free: steps past T leave h unchanged
       if (k % K == 0) {  // the state before step t0 + k: checkpoint (t0 + k) / K
@@ -404,8 +423,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       }
       float yv = group_sum_c<L>(yp) + sc_skip[k * SL + m.ch];
       if (has_z) yv *= sc_gate[k * SL + m.ch];
-      out_y(bf)[k * CB + m.ch] = yv;  // every lane of the group: the same value
+      ys[k] = yv;  // every lane of the group: the same value
     }
+#pragma unroll
+    for (int k = 0; k < KF; ++k) out_y(bf)[k * CB + m.ch] = ys[k];
   }
   __syncthreads();  // the last stage's y
   {
@@ -428,6 +449,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
   constexpr int NV = 2 * S;       // a lane's dB and dC terms per step
   constexpr int R = NV / CW;      // its sums after the channel reduce-scatter
   constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
+  constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
+  constexpr int QD = Q / 2;  // walked steps whose sums and outputs are stored together
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
@@ -474,14 +497,26 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     dAn[s] = 1.f;  // dA_T := 1, so the last step sees dh_{T-1} = dy·C + dh_final
     dal[s] = 0.f;
   }
-  if (p.dh_final)
-    load_states<S>(p.dh_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, dh);
-  else
+  const int64_t state_off = (m.b * p.di + m.d) * p.ds + m.n0;  // this thread's [b, d, n0]
+  const int64_t carry_plane = p.B * p.di * p.ds;
+  const bool first_seg = p.c_hi >= g.n_ckpt;  // the segment that ends at T: no carry in
+  float dD_acc = 0.f;
+  if (!first_seg) {
+    load_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
+    load_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
+    load_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
+    dD_acc = p.carry[3 * carry_plane + m.b * p.di + m.d];
+  } else if (p.dh_final) {
+    load_states<S>(p.dh_final + state_off, g.vec_state, m.nvalid, dh);
+  } else {
 #pragma unroll
     for (int s = 0; s < S; ++s) dh[s] = 0.f;
+  }
   const float Dd = p.D ? __ldg(p.D + m.d) : 0.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + m.d) : 0.f;
   const int64_t row0 = m.b * p.T;
+  const int64_t t_lo = p.c_lo * K;                 // the segment's first step
+  const int64_t part_row0 = m.b * p.seg_rows - t_lo;  // partial row of step t: part_row0 + t
   // chunk c's dδ, du (and dz), one coalesced pass
   auto store_outputs = [&](int64_t c) {
     const int rows = int(min(int64_t(K), p.T - c * K));
@@ -490,7 +525,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     store_chunk<T, CB>(p.du + r * p.ld_du + m.d0, p.ld_du, out_t(1), rows, m.cols_valid);
     if (has_z) store_chunk<T, CB>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(2), rows, m.cols_valid);
   };
-  float dD_acc = 0.f;
   int wb = 0;  // wsum buffer
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
@@ -513,9 +547,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
                   g.async_bc, bc_map);
     cp_async_commit();
   };
-  stage(g.n_ckpt - 1, int((g.n_ckpt - 1) & 1));
+  stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
 
-  for (int64_t c = g.n_ckpt - 1; c >= 0; --c) {
+  for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
@@ -524,7 +558,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
                    m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
-    if (c > 0) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
+    if (c > p.c_lo) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
@@ -548,33 +582,46 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     const T* Bt = bct(bf, 0) + m.n0;
     const T* Ct = bct(bf, 1) + m.n0;
 
-    // recompute the chunk's states into hs (and, with z, y for dz); branch-free
+    // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
+    // states and y stay in registers and are stored after the group's last step: a
+    // shared-memory store inside the loop would order the later steps' loads after it
+    // (the compiler cannot tell the regions apart) and serialise the steps.
     {
       float h[S];
 #pragma unroll
       for (int s = 0; s < S; ++s) h[s] = hck[s];
-      put_states(0, h);
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float dl = sc_delta[k * SL + m.ch];
-        const float du = dl * sc_u[k * SL + m.ch];
-        float bv[S];
-        smem_vec<S>(Bt + k * DP, bv);
+      for (int k0 = 0; k0 < K; k0 += RG) {
+        float hk[RG][S], yk[RG];
 #pragma unroll
-        for (int s = 0; s < S; ++s) {
-          const float dA = expm<E>(dl * a[s]);
-          h[s] = fmaf(dA, h[s], du * bv[s]);
+        for (int i = 0; i < RG; ++i) {
+          const int k = k0 + i;
+          const float dl = sc_delta[k * SL + m.ch];
+          const float du = dl * sc_u[k * SL + m.ch];
+          float bv[S];
+          smem_vec<S>(Bt + k * DP, bv);
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            const float dA = expm<E>(dl * a[s]);
+            h[s] = fmaf(dA, h[s], du * bv[s]);
+            hk[i][s] = h[s];
+          }
+          if (has_z) {  // block-uniform
+            float cv[S];
+            smem_vec<S>(Ct + k * DP, cv);
+            float yp = 0.f;
+#pragma unroll
+            for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
+            yk[i] = group_sum_c<L>(yp) + __fmul_rn(Dd, sc_u[k * SL + m.ch]);
+          }
         }
-        put_states(k + 1, h);
-        if (has_z) {  // block-uniform
-          float cv[S];
-          smem_vec<S>(Ct + k * DP, cv);
-          float yp = 0.f;
+        if (k0 == 0) put_states(0, hck);
 #pragma unroll
-          for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
-          const float yv = group_sum_c<L>(yp) + __fmul_rn(Dd, sc_u[k * SL + m.ch]);
-          out_t(2)[k * CB + m.ch] = sc_fz[k * SL + m.ch] * yv;
-        }
+        for (int i = 0; i < RG; ++i) put_states(k0 + i + 1, hk[i]);
+        if (has_z)
+#pragma unroll
+          for (int i = 0; i < RG; ++i)
+            out_t(2)[(k0 + i) * CB + m.ch] = sc_fz[(k0 + i) * SL + m.ch] * yk[i];
       }
     }
 
@@ -585,8 +632,13 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     get_states(K, hcur);
     for (int qb = K / Q - 1; qb >= 0; --qb) {
       float* ws = wsum + (size_t(wb) * W + m.warp) * NO;  // this warp's sums of this batch
+      // The sums and outputs of QD steps stay in registers until the last of them (see
+      // the recompute: a shared-memory store would serialise the steps' loads behind it).
 #pragma unroll
-      for (int kk = Q - 1; kk >= 0; --kk) {
+      for (int kh = Q - QD; kh >= 0; kh -= QD) {
+      float wv[QD][R], o_dd[QD], o_du[QD];
+#pragma unroll
+      for (int kk = kh + QD - 1; kk >= kh; --kk) {
         const int k = qb * Q + kk;
         const float dl = sc_delta[k * SL + m.ch];
         const float uv = sc_u[k * SL + m.ch];
@@ -617,18 +669,27 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
         }
         reduce_scatter_channels<L, NV>(v, m.lane);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {  // entry index wch·R + r = (q, state s of lane j)
-          const int vi = wch * R + r, q = vi / S, n = m.j * S + vi % S;
-          ws[(kk * 2 + q) * DP + n] = v[r];
-        }
+        for (int r = 0; r < R; ++r) wv[kk - kh][r] = v[r];
         S1 = group_sum_c<L>(S1);
         S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
         dD_acc = fmaf(dyv, uv, dD_acc);
         {  // every lane of the group: the same values
           const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
-          out_t(0)[k * CB + m.ch] = fmaf(uv, S1, S2) * fd;
-          out_t(1)[k * CB + m.ch] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
+          o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
+          o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
         }
+      }
+#pragma unroll
+      for (int kk = kh; kk < kh + QD; ++kk) {
+        const int k = qb * Q + kk;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {  // entry index wch·R + r = (q, state s of lane j)
+          const int vi = wch * R + r, q = vi / S, n = m.j * S + vi % S;
+          ws[(kk * 2 + q) * DP + n] = wv[kk - kh][r];
+        }
+        out_t(0)[k * CB + m.ch] = o_dd[kk - kh];
+        out_t(1)[k * CB + m.ch] = o_du[kk - kh];
+      }
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
@@ -642,7 +703,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
 #pragma unroll
             for (int w = 1; w < W; ++w) acc += wbuf[size_t(w) * NO + o];
             float* part = q == 0 ? p.dB_part : p.dC_part;
-            part[((row0 + t) * g.nblk_d + m.dblk) * p.ds + n] = acc;
+            part[((part_row0 + t) * g.nblk_d + m.dblk) * p.ds + n] = acc;
           }
         }
       }
@@ -653,6 +714,15 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     store_outputs(c);
   }
 
+  if (p.c_lo > 0) {  // more segments follow: hand the carries on
+    if (m.dvalid && m.nvalid > 0) {
+      store_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
+      store_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
+      store_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
+    }
+    if (m.dvalid && m.j == 0) p.carry[3 * carry_plane + m.b * p.di + m.d] = dD_acc;
+    return;
+  }
   if (m.dvalid && m.nvalid > 0) {
     float out[S];
     load_vec<S>(p.a_neg + m.d * p.ds + m.n0, g.vec_state && m.nvalid == S, m.nvalid, out);

@@ -31,9 +31,20 @@ struct CkptPlan {
 // A pure function of the shape and the direction.
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward);
 
+// The backward's segments (scan::BwdParams::partial_budget): chunks per launch, so
+// that the dB and dC partials of one segment, [B, seg_rows, nblk_d, ds] f32 each, fit
+// the budget (at least one chunk per segment, whatever the budget).
+struct CkptSegments {
+  int64_t chunks = 1;    // checkpoint chunks per segment (the last may have fewer)
+  int64_t count = 1;     // segments = ceil(n_ckpt / chunks)
+  int64_t rows = 0;      // partial rows per sample = min(T, chunks·K)
+};
+CkptSegments ckpt_segments(const scan::Shape& s, size_t partial_budget);
+
 // Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,
-// dD_part; off[4] = total. Each part 256-byte aligned.
-void ckpt_workspace_offsets(const scan::Shape& s, size_t off[5]);
+// dD_part, carry (only with more than one segment); off[5] = total. Each part
+// 256-byte aligned.
+void ckpt_workspace_offsets(const scan::Shape& s, size_t partial_budget, size_t off[6]);
 
 [[noreturn]] void fail(const char* fn, const char* field, int64_t value, const char* relation,
                        int64_t limit, const char* why = "");
@@ -42,9 +53,14 @@ void require_ptr(const char* fn, const char* name, const void* p);
 int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols);
 
 // Fixed-order reductions (reduce.cu).
+// Which rows one reduction covers: samples b < B, the rows t0 .. t0+rows-1 of each
+// (partial row b·part_rows + t - t0, output row b·T + t), ngrp groups of ds values.
+struct PartialRows {
+  int64_t B = 0, T = 0, t0 = 0, rows = 0, part_rows = 0, ngrp = 0, ds = 0;
+};
 template <class O>
 void launch_reduce_bc(const float* dB_part, const float* dC_part, O* dB, int64_t ld_b, O* dC,
-                      int64_t ld_c, int64_t rows, int64_t ngrp, int64_t ds, cudaStream_t stream);
+                      int64_t ld_c, const PartialRows& pr, cudaStream_t stream);
 void launch_reduce_b(const float* dAlog_part, const float* dD_part, float* dA_log, float* dD,
                      int64_t B, int64_t di, int64_t ds, cudaStream_t stream);
 

@@ -4,6 +4,7 @@
 // the six kernel families in parallel.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -111,8 +112,9 @@ template <class T, int S, int L, int K>
 void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::backward";
-  size_t off[5];
-  ckpt_workspace_offsets(s, off);
+  size_t off[6];
+  ckpt_workspace_offsets(s, p.partial_budget, off);
+  const CkptSegments sg = ckpt_segments(s, p.partial_budget);
   char* ws = static_cast<char*>(p.workspace);
   CkptBwdArgs<T> a;
   a.B = s.B;
@@ -147,6 +149,8 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   a.dAlog_part = reinterpret_cast<float*>(ws + off[2]);
   a.dD_part = reinterpret_cast<float*>(ws + off[3]);
   a.dh0 = p.dh0;
+  a.seg_rows = sg.rows;
+  a.carry = sg.count > 1 ? reinterpret_cast<float*>(ws + off[4]) : nullptr;
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
   g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
@@ -160,26 +164,33 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
   const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
-  if (e == scan::ExpMath::Hardware) {
-    auto* k = &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K>;
-    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  auto* k = e == scan::ExpMath::Hardware ? &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K>
+                                         : &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
+  set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  // segments from the last to the first: each walks its chunks back from the carries the
+  // later one left, then its rows of dB/dC are reduced before the next reuses the partials
+  PartialRows pr;
+  pr.B = s.B;
+  pr.T = s.T;
+  pr.part_rows = sg.rows;
+  pr.ngrp = pl.nblk_d;
+  pr.ds = s.ds;
+  for (int64_t seg = sg.count - 1; seg >= 0; --seg) {
+    a.c_lo = seg * sg.chunks;
+    a.c_hi = std::min<int64_t>(pl.n_ckpt, a.c_lo + sg.chunks);
     launch(k, grid, block, smem, st, a, g);
-  } else {
-    auto* k = &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
-    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-    launch(k, grid, block, smem, st, a, g);
+    MC_LAUNCH_CHECK(name.c_str());
+    pr.t0 = a.c_lo * K;
+    pr.rows = std::min<int64_t>(s.T, a.c_hi * K) - pr.t0;
+    if (p.dB.p)
+      launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p,
+                              effective_ld(fn, "dB", p.dB.ld, s.ds), p.dC.p,
+                              effective_ld(fn, "dC", p.dC.ld, s.ds), pr, st);
+    else
+      launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p,
+                          effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds), p.dC_typed.p,
+                          effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds), pr, st);
   }
-  MC_LAUNCH_CHECK(name.c_str());
-  const int64_t rows = s.B * s.T;
-  if (p.dB.p)
-    launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p, effective_ld(fn, "dB", p.dB.ld, s.ds),
-                            p.dC.p, effective_ld(fn, "dC", p.dC.ld, s.ds), rows, pl.nblk_d, s.ds,
-                            st);
-  else
-    launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p,
-                        effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds), p.dC_typed.p,
-                        effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds), rows, pl.nblk_d, s.ds,
-                        st);
   launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
 }
 
@@ -300,7 +311,7 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
       (typed_bc && !(p.dB_typed.p && p.dC_typed.p)))
     throw ConfigError(std::string(fn) +
                       ": give exactly one of the pairs (dB, dC) or (dB_typed, dC_typed)");
-  const size_t need = bwd_workspace_bytes(p.shape, p.route);
+  const size_t need = bwd_workspace_bytes(p.shape, p.route, p.partial_budget);
   if (p.workspace_bytes < need)
     fail(fn, "workspace_bytes", int64_t(p.workspace_bytes), ">=", int64_t(need),
          "bwd_workspace_bytes()");

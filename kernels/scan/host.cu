@@ -2,6 +2,7 @@
 // limits with field/value/limit messages, the checkpointed route's geometry
 // and workspace layout, sizes of what each route saves, and the traffic model
 // the benchmarks divide by.
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -42,16 +43,16 @@ size_t saved_floats(const Shape& s, Route r) {
   return size_t(s.B) * size_t(s.T + 1) * size_t(s.di) * size_t(s.ds);
 }
 
-size_t bwd_workspace_bytes(const Shape& s, Route r) {
+size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget) {
   if (r == Route::Checkpointed) {
-    size_t off[5];
-    scan_detail::ckpt_workspace_offsets(s, off);
-    return off[4];
+    size_t off[6];
+    scan_detail::ckpt_workspace_offsets(s, partial_budget, off);
+    return off[5];
   }
   return scan_bwd_scratch_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds});
 }
 
-Geometry geometry(const Shape& s, Route r, bool backward) {
+Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget) {
   check_shape(s, r);
   Geometry g;
   if (r == Route::Checkpointed) {
@@ -65,6 +66,11 @@ Geometry geometry(const Shape& s, Route r, bool backward) {
     g.blocks = pl.blocks;
     g.smem_bytes = pl.smem_bytes;
     g.reduce_groups = backward ? pl.nblk_d : 0;
+    if (backward) {
+      const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, partial_budget);
+      g.segments = sg.count;
+      g.segment_chunks = sg.chunks;
+    }
   } else {
     const ScanGeometry lg =
         scan_geometry(ScanShape{s.B, s.T, s.di, s.ds, s.ds}, r == Route::Chunked, backward);
@@ -100,6 +106,9 @@ Traffic backward_traffic(const Shape& s, Route r, int e) {
     // dB/dC block partials written and read once; per-sample dA_log/dD partials likewise
     t.route_bytes += size_t(2 * 2 * 4 * BT * double(pl.nblk_d) * ds +
                             2 * 4 * double(s.B) * di * (ds + 1));
+    // between segments the carries (dh, dAn, dal, dD) are written and read once each
+    const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, 0);
+    t.route_bytes += size_t(sg.count - 1) * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(3 * s.ds + 1);
     t.exps = 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
   } else {
     t.route_bytes +=
@@ -160,15 +169,33 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
   return pl;
 }
 
-void ckpt_workspace_offsets(const scan::Shape& s, size_t off[5]) {
+CkptSegments ckpt_segments(const scan::Shape& s, size_t partial_budget) {
   const CkptPlan pl = ckpt_plan(s, true);
+  const size_t budget = partial_budget ? partial_budget : scan::kDefaultPartialBudget;
+  // dB and dC partials of one chunk of every sample
+  const size_t chunk_bytes =
+      2 * size_t(s.B) * size_t(pl.K) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
+  CkptSegments sg;
+  sg.chunks = std::max<int64_t>(1, std::min<int64_t>(pl.n_ckpt, int64_t(budget / chunk_bytes)));
+  sg.count = (pl.n_ckpt + sg.chunks - 1) / sg.chunks;
+  sg.rows = std::min<int64_t>(s.T, sg.chunks * pl.K);
+  return sg;
+}
+
+void ckpt_workspace_offsets(const scan::Shape& s, size_t partial_budget, size_t off[6]) {
+  const CkptPlan pl = ckpt_plan(s, true);
+  const CkptSegments sg = ckpt_segments(s, partial_budget);
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  const size_t part = size_t(s.B) * size_t(s.T) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
+  const size_t part =
+      size_t(s.B) * size_t(sg.rows) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
+  const size_t states = size_t(s.B) * size_t(s.di) * size_t(s.ds) * sizeof(float);
+  const size_t chans = size_t(s.B) * size_t(s.di) * sizeof(float);
   off[0] = 0;
   off[1] = align(off[0] + part);
   off[2] = align(off[1] + part);
-  off[3] = align(off[2] + size_t(s.B) * size_t(s.di) * size_t(s.ds) * sizeof(float));
-  off[4] = align(off[3] + size_t(s.B) * size_t(s.di) * sizeof(float));
+  off[3] = align(off[2] + states);
+  off[4] = align(off[3] + chans);
+  off[5] = off[4] + (sg.count > 1 ? align(3 * states + chans) : 0);  // carry: dh, dAn, dal, dD
 }
 
 }  // namespace mc::kern::scan_detail

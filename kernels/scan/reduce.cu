@@ -15,9 +15,9 @@ unsigned reduce_blocks(int64_t n) {
 
 template <class O>
 void launch_reduce_bc(const float* dB_part, const float* dC_part, O* dB, int64_t ld_b, O* dC,
-                      int64_t ld_c, int64_t rows, int64_t ngrp, int64_t ds, cudaStream_t stream) {
-  launch(&ckpt_reduce_bc_kernel<O>, dim3(reduce_blocks(rows * ds)), dim3(kCkptReduceThreads), 0,
-         stream, dB_part, dC_part, dB, ld_b, dC, ld_c, rows, ngrp, ds);
+                      int64_t ld_c, const PartialRows& pr, cudaStream_t stream) {
+  launch(&ckpt_reduce_bc_kernel<O>, dim3(reduce_blocks(pr.B * pr.rows * pr.ds)),
+         dim3(kCkptReduceThreads), 0, stream, dB_part, dC_part, dB, ld_b, dC, ld_c, pr);
   MC_LAUNCH_CHECK("scan ckpt_reduce_bc_kernel (dB, dC over channel groups)");
 }
 
@@ -29,11 +29,11 @@ void launch_reduce_b(const float* dAlog_part, const float* dD_part, float* dA_lo
 }
 
 template void launch_reduce_bc<float>(const float*, const float*, float*, int64_t, float*, int64_t,
-                                      int64_t, int64_t, int64_t, cudaStream_t);
+                                      const PartialRows&, cudaStream_t);
 template void launch_reduce_bc<__nv_bfloat16>(const float*, const float*, __nv_bfloat16*, int64_t,
-                                              __nv_bfloat16*, int64_t, int64_t, int64_t, int64_t,
+                                              __nv_bfloat16*, int64_t, const PartialRows&,
                                               cudaStream_t);
 template void launch_reduce_bc<__half>(const float*, const float*, __half*, int64_t, __half*,
-                                       int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                       int64_t, const PartialRows&, cudaStream_t);
 
 }  // namespace mc::kern::scan_detail

@@ -1,5 +1,5 @@
 // scan/reduce.cuh — the fixed-order reductions after the checkpointed scan
-// backward: the dB/dC block partials [B*T, ngrp, ds] summed over the channel
+// backward: the dB/dC block partials [B, rows, ngrp, ds] of one segment summed over the channel
 // groups (ascending, from 0.0) into f32 or typed, possibly strided, outputs, and
 // the per-sample dA_log / dD partials summed over b (ascending) into the
 // accumulators (+=). One thread owns one output element: no atomics, no trees;
@@ -7,31 +7,36 @@
 // backward reruns, test_determinism.cpp).
 #pragma once
 
+#include "kernels/scan/detail.hpp"
 #include "kernels/scan/device.cuh"
 
 namespace mc::kern::scan_detail {
 
 constexpr int kCkptReduceThreads = 256;
 
-// dB_part, dC_part [rows, ngrp, ds] -> dB[r*ld_b + n], dC[r*ld_c + n] (=), RN to O.
+// dB_part, dC_part [B, part_rows, ngrp, ds] -> dB[(b·T + t)·ld_b + n], dC likewise (=),
+// RN to O, for the rows t = t0 .. t0+rows-1 of every sample (PartialRows, detail.hpp).
 template <class O>
 __global__ void __launch_bounds__(kCkptReduceThreads)
     ckpt_reduce_bc_kernel(const float* __restrict__ dB_part, const float* __restrict__ dC_part,
                           O* __restrict__ dB, int64_t ld_b, O* __restrict__ dC, int64_t ld_c,
-                          int64_t rows, int64_t ngrp, int64_t ds) {
-  const int64_t n_out = rows * ds;
+                          PartialRows pr) {
+  const int64_t ds = pr.ds, ngrp = pr.ngrp;
+  const int64_t n_out = pr.B * pr.rows * ds;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_out; i += stride) {
     const int64_t r = i / ds, n = i - r * ds;
-    const float* pb = dB_part + r * ngrp * ds + n;
-    const float* pc = dC_part + r * ngrp * ds + n;
+    const int64_t b = r / pr.rows, tt = r - b * pr.rows;
+    const int64_t pr_row = b * pr.part_rows + tt, out_row = b * pr.T + pr.t0 + tt;
+    const float* pb = dB_part + pr_row * ngrp * ds + n;
+    const float* pc = dC_part + pr_row * ngrp * ds + n;
     float sb = 0.f, sc = 0.f;
     for (int64_t q = 0; q < ngrp; ++q) {
       sb += __ldg(pb + q * ds);
       sc += __ldg(pc + q * ds);
     }
-    store_rn(dB + r * ld_b + n, sb);
-    store_rn(dC + r * ld_c + n, sc);
+    store_rn(dB + out_row * ld_b + n, sb);
+    store_rn(dC + out_row * ld_c + n, sc);
   }
 }
 

@@ -128,7 +128,15 @@ struct BwdParams {
   float* dh0 = nullptr;               // [B, di, ds] or null
   void* workspace = nullptr;          // bwd_workspace_bytes() bytes, 256-byte aligned
   size_t workspace_bytes = 0;
+  // Checkpointed: the most bytes the dB/dC partials may take (0 = kDefaultPartialBudget).
+  // Longer sequences run in segments of whole chunks; the bits do not depend on it. Pass
+  // the same value to bwd_workspace_bytes.
+  size_t partial_budget = 0;
 };
+// 1 GiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 21845; d_state 256
+// at T 2048 runs 13 segments of 160 steps, and its partials (12.9 GB in one segment) take
+// 1.0 GB beside 1.6 GB of checkpoints.
+constexpr size_t kDefaultPartialBudget = size_t(1) << 30;
 
 // The backward of forward call `f`: its shape, route, exponential, inputs and
 // saved buffer. The upstream gradients, the outputs and the workspace are the
@@ -154,8 +162,10 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
 // ---- sizes ----------------------------------------------------------------------
 // Floats the forward saves for the backward (checkpoints or h_saved).
 size_t saved_floats(const Shape& s, Route r);
-// Bytes of backward workspace (partials of the fixed-order reductions).
-size_t bwd_workspace_bytes(const Shape& s, Route r);
+// Bytes of backward workspace (partials of the fixed-order reductions; Checkpointed:
+// one segment's dB/dC partials under `partial_budget` (0 = the default), and the carries
+// between segments).
+size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget = 0);
 
 // ---- launch geometry (for tests at chunk edges and for benchmark reports) -------
 struct Geometry {
@@ -168,8 +178,10 @@ struct Geometry {
   int64_t blocks = 0;
   size_t smem_bytes = 0;
   int64_t reduce_groups = 0;   // backward: channel groups of the dB/dC partials
+  int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
+  int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment
 };
-Geometry geometry(const Shape& s, Route r, bool backward);
+Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0);
 
 // ---- entry points ----------------------------------------------------------------
 // Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.

@@ -512,6 +512,49 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << label << ": dC";
   EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << label << ": dD";
   EXPECT_TRUE(bitwise_equal(download(dA, size_t(c.di * c.ds)), o.dA_log)) << label << ": dA_log";
+
+  // Checkpointed: the backward in segments of 1 and of 2 chunks (partial budgets of that
+  // many chunks' dB/dC partials) carries dh, dA, the dA_log and dD sums from launch to
+  // launch: bitwise the same outputs as one launch.
+  if (run.route == Route::Checkpointed) {
+    const scan::Geometry g1 = scan::geometry(sh, run.route, true);
+    const size_t chunk_bytes =
+        2 * size_t(c.B) * size_t(g1.chunk) * size_t(g1.reduce_groups) * size_t(c.ds) * 4;
+    for (int64_t chunks : {int64_t(1), int64_t(2)}) {
+      if (chunks >= g1.n_ckpt) continue;
+      const std::string sl = label + " in segments of " + std::to_string(chunks) + " chunks";
+      const size_t budget = size_t(chunks) * chunk_bytes;
+      const scan::Geometry gs = scan::geometry(sh, run.route, true, budget);
+      EXPECT_EQ(gs.segment_chunks, chunks) << sl;
+      EXPECT_EQ(gs.segments, (g1.n_ckpt + chunks - 1) / chunks) << sl;
+      EXPECT_EQ(g1.segments, 1) << label << ": the default budget splits a test shape";
+      const size_t seg_ws = scan::bwd_workspace_bytes(sh, run.route, budget);
+      DeviceBuffer<char> ws2(seg_ws, "scan workspace (segments)");
+      fill_nan(ws2);
+      scan::BwdParams<T> b2 = b;
+      b2.workspace = ws2.get();
+      b2.workspace_bytes = seg_ws;
+      b2.partial_budget = budget;
+      b2.dh0 = dh0.get();
+      for (auto* t : {&d_delta, &du, &dz}) fill_nan(*t);
+      fill_nan(dB);
+      fill_nan(dC);
+      fill_nan(dh0);
+      dD.upload(in.dD0.data(), in.dD0.size(), kStream);
+      dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+      scan::backward<T>(b2, kStream);
+      EXPECT_TRUE(bitwise_equal(download(d_delta, size_t(n)), o.d_delta)) << sl << ": d_delta";
+      EXPECT_TRUE(bitwise_equal(download(du, size_t(n)), o.du)) << sl << ": du";
+      if (c.gate) {
+        EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << sl << ": dz";
+      }
+      EXPECT_TRUE(bitwise_equal(download(dB, size_t(R * c.ds)), o.dB)) << sl << ": dB";
+      EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << sl << ": dC";
+      EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << sl << ": dD";
+      EXPECT_TRUE(bitwise_equal(download(dA, size_t(c.di * c.ds)), o.dA_log)) << sl << ": dA_log";
+      EXPECT_TRUE(bitwise_equal(download(dh0, size_t(ns)), o.dh0)) << sl << ": dh0";
+    }
+  }
   MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + label);
   return o;
 }
@@ -1155,6 +1198,34 @@ TEST(ScanContract, TrafficModel) {
   EXPECT_GT(b4.route_bytes, 4 * 3 * size_t(g.n_ckpt) * di * ds);
   EXPECT_GE(scan::bwd_workspace_bytes(s, Route::Checkpointed),
             2 * BT * size_t(scan::geometry(s, Route::Checkpointed, true).reduce_groups) * ds * 4);
+}
+
+// The backward's segments: one launch while the partials fit the budget, whole chunks
+// per segment otherwise (at least one), and the workspace holds one segment's partials.
+// The bits do not depend on the segments: run_gpu runs every checkpointed case in
+// segments of 1 and 2 chunks as well.
+TEST(ScanContract, BackwardSegments) {
+  const scan::Shape head{8, 2048, 1536, 16}, wide{8, 2048, 1536, 256};
+  const scan::Geometry h = scan::geometry(head, Route::Checkpointed, true);
+  EXPECT_EQ(h.segments, 1);
+  EXPECT_EQ(h.segment_chunks, h.n_ckpt);
+  const scan::Geometry w = scan::geometry(wide, Route::Checkpointed, true);
+  const size_t chunk_bytes = 2 * 8 * size_t(w.chunk) * size_t(w.reduce_groups) * 256 * 4;
+  EXPECT_EQ(w.segment_chunks, int64_t(scan::kDefaultPartialBudget / chunk_bytes));
+  EXPECT_EQ(w.segments, (w.n_ckpt + w.segment_chunks - 1) / w.segment_chunks);
+  EXPECT_GT(w.segments, 1);
+  // checkpoints plus workspace: the d_state 256 case's scan memory stays under 4 GiB
+  const size_t wide_bytes = 4 * scan::saved_floats(wide, Route::Checkpointed) +
+                            scan::bwd_workspace_bytes(wide, Route::Checkpointed);
+  EXPECT_LE(wide_bytes, size_t(4) << 30) << wide_bytes;
+  EXPECT_LE(scan::bwd_workspace_bytes(wide, Route::Checkpointed),
+            scan::kDefaultPartialBudget + (size_t(64) << 20));
+  // a budget below one chunk still runs: one chunk per segment
+  const scan::Geometry one = scan::geometry(head, Route::Checkpointed, true, 1);
+  EXPECT_EQ(one.segment_chunks, 1);
+  EXPECT_EQ(one.segments, one.n_ckpt);
+  EXPECT_LT(scan::bwd_workspace_bytes(head, Route::Checkpointed, 1),
+            scan::bwd_workspace_bytes(head, Route::Checkpointed));
 }
 
 // The kernels' accurate exp (scan_math.cuh) is host/device code: checked here on
