@@ -384,30 +384,16 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     if (c > 0)  // stage c-1's y, one coalesced pass
       store_chunk<T, CB>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), KF,
                          m.cols_valid);
-    // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L): all its raw
-    // values are loaded before the first scalar is stored (a compile-time trip count, and
-    // no store between the loads, so they are issued together)
-    {
-      constexpr int TI = (KF + L - 1) / L;
-      float xr[TI], ur[TI], zr[TI];
-#pragma unroll
-      for (int i = 0; i < TI; ++i) {
-        const int k = m.j + i * L, e = k * RL + m.ch;
-        if (KF % L != 0 && k >= KF) break;
-        xr[i] = smem_f32(raw(bf, 0)[e]);
-        ur[i] = smem_f32(raw(bf, 1)[e]);
-        zr[i] = has_z ? smem_f32(raw(bf, 2)[e]) : 0.f;
-      }
-#pragma unroll
-      for (int i = 0; i < TI; ++i) {
-        const int k = m.j + i * L, es = k * SL + m.ch;
-        if (KF % L != 0 && k >= KF) break;
-        const float dl = k < nk ? (p.delta_bias ? act_softplus(xr[i] + bias) : xr[i]) : 0.f;
-        sc_delta[es] = dl;
-        sc_du[es] = dl * ur[i];
-        sc_skip[es] = __fmul_rn(Dd, ur[i]);
-        if (has_z) sc_gate[es] = act_silu(zr[i]);
-      }
+    // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
+    for (int k = m.j; k < KF; k += L) {
+      const int e = k * RL + m.ch, es = k * SL + m.ch;
+      const float x = smem_f32(raw(bf, 0)[e]);
+      const float dl = k < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
+      const float uv = smem_f32(raw(bf, 1)[e]);
+      sc_delta[es] = dl;
+      sc_du[es] = dl * uv;
+      sc_skip[es] = __fmul_rn(Dd, uv);
+      if (has_z) sc_gate[es] = act_silu(smem_f32(raw(bf, 2)[e]));
     }
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
@@ -573,40 +559,24 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if (c > p.c_lo) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
-    // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L): all its raw
-    // values are loaded before the first scalar is stored (see the forward)
-    {
-      constexpr int TI = (K + L - 1) / L;
-      float xr[TI], ur[TI], yr[TI], zr[TI];
-#pragma unroll
-      for (int i = 0; i < TI; ++i) {
-        const int k = m.j + i * L, e = k * RL + m.ch;
-        if (K % L != 0 && k >= K) break;
-        xr[i] = smem_f32(raw(bf, 0)[e]);
-        ur[i] = smem_f32(raw(bf, 1)[e]);
-        yr[i] = smem_f32(raw(bf, 2)[e]);
-        zr[i] = has_z ? smem_f32(raw(bf, 3)[e]) : 0.f;
+    // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
+    for (int k = m.j; k < K; k += L) {
+      const int e = k * RL + m.ch, es = k * SL + m.ch;
+      const float x = smem_f32(raw(bf, 0)[e]);
+      float dl = 0.f, dyv = 0.f;
+      if (k < nk) {
+        dl = has_sp ? act_softplus(x + bias) : x;
+        dyv = smem_f32(raw(bf, 2)[e]);  // 0 on padding channels and rows: nothing to dB/dC
       }
-#pragma unroll
-      for (int i = 0; i < TI; ++i) {
-        const int k = m.j + i * L, es = k * SL + m.ch;
-        if (K % L != 0 && k >= K) break;
-        const float x = xr[i];
-        float dl = 0.f, dyv = 0.f;
-        if (k < nk) {
-          dl = has_sp ? act_softplus(x + bias) : x;
-          dyv = yr[i];  // 0 on padding channels and rows: nothing to dB/dC
-        }
-        if (has_sp) sc_fd[es] = act_sigmoid(x + bias);
-        if (has_z) {
-          const float zv = zr[i];
-          sc_fz[es] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
-          dyv = dyv * act_silu(zv);             // ∂L/∂y = dG·silu(z)
-        }
-        sc_delta[es] = dl;
-        sc_u[es] = ur[i];
-        sc_dy[es] = dyv;
+      if (has_sp) sc_fd[es] = act_sigmoid(x + bias);
+      if (has_z) {
+        const float zv = smem_f32(raw(bf, 3)[e]);
+        sc_fz[es] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
+        dyv = dyv * act_silu(zv);             // ∂L/∂y = dG·silu(z)
       }
+      sc_delta[es] = dl;
+      sc_u[es] = smem_f32(raw(bf, 1)[e]);
+      sc_dy[es] = dyv;
     }
     __syncwarp();
     const T* Bt = bct(bf, 0) + m.n0;
