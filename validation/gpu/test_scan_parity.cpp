@@ -499,19 +499,27 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   o.dA_log = download(dA, size_t(c.di * c.ds));
   o.dh0 = download(dh0, size_t(ns));
 
+  // A later backward's outputs against the first run's, byte for byte (dh0 when it was set).
+  auto expect_same_backward = [&](const std::string& what, bool with_dh0) {
+    EXPECT_TRUE(bitwise_equal(download(d_delta, size_t(n)), o.d_delta)) << what << ": d_delta";
+    EXPECT_TRUE(bitwise_equal(download(du, size_t(n)), o.du)) << what << ": du";
+    if (c.gate) {
+      EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << what << ": dz";
+    }
+    EXPECT_TRUE(bitwise_equal(download(dB, size_t(R * c.ds)), o.dB)) << what << ": dB";
+    EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << what << ": dC";
+    EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << what << ": dD";
+    EXPECT_TRUE(bitwise_equal(download(dA, size_t(c.di * c.ds)), o.dA_log)) << what << ": dA_log";
+    if (with_dh0) {
+      EXPECT_TRUE(bitwise_equal(download(dh0, size_t(ns)), o.dh0)) << what << ": dh0";
+    }
+  };
+
   // Second run without dh0 (accumulators reset): bitwise the same everything else.
   dD.upload(in.dD0.data(), in.dD0.size(), kStream);
   dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
   run_bwd(nullptr);
-  EXPECT_TRUE(bitwise_equal(download(d_delta, size_t(n)), o.d_delta)) << label << ": d_delta";
-  EXPECT_TRUE(bitwise_equal(download(du, size_t(n)), o.du)) << label << ": du not reproducible";
-  if (c.gate) {
-    EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << label << ": dz";
-  }
-  EXPECT_TRUE(bitwise_equal(download(dB, size_t(R * c.ds)), o.dB)) << label << ": dB";
-  EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << label << ": dC";
-  EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << label << ": dD";
-  EXPECT_TRUE(bitwise_equal(download(dA, size_t(c.di * c.ds)), o.dA_log)) << label << ": dA_log";
+  expect_same_backward(label + " (rerun without dh0)", false);
 
   // Checkpointed: the backward in segments of 1 and of 2 chunks (partial budgets of that
   // many chunks' dB/dC partials) carries dh, dA, the dA_log and dD sums from launch to
@@ -543,16 +551,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       dD.upload(in.dD0.data(), in.dD0.size(), kStream);
       dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
       scan::backward<T>(b2, kStream);
-      EXPECT_TRUE(bitwise_equal(download(d_delta, size_t(n)), o.d_delta)) << sl << ": d_delta";
-      EXPECT_TRUE(bitwise_equal(download(du, size_t(n)), o.du)) << sl << ": du";
-      if (c.gate) {
-        EXPECT_TRUE(bitwise_equal(download(dz, size_t(n)), o.dz)) << sl << ": dz";
-      }
-      EXPECT_TRUE(bitwise_equal(download(dB, size_t(R * c.ds)), o.dB)) << sl << ": dB";
-      EXPECT_TRUE(bitwise_equal(download(dC, size_t(R * c.ds)), o.dC)) << sl << ": dC";
-      EXPECT_TRUE(bitwise_equal(download(dD, size_t(c.di)), o.dD)) << sl << ": dD";
-      EXPECT_TRUE(bitwise_equal(download(dA, size_t(c.di * c.ds)), o.dA_log)) << sl << ": dA_log";
-      EXPECT_TRUE(bitwise_equal(download(dh0, size_t(ns)), o.dh0)) << sl << ": dh0";
+      expect_same_backward(sl, true);
     }
   }
   MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + label);
