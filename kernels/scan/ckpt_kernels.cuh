@@ -636,60 +636,60 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
       // the recompute: a shared-memory store would serialise the steps' loads behind it).
 #pragma unroll
       for (int kh = Q - QD; kh >= 0; kh -= QD) {
-      float wv[QD][R], o_dd[QD], o_du[QD];
+        float wv[QD][R], o_dd[QD], o_du[QD];
 #pragma unroll
-      for (int kk = kh + QD - 1; kk >= kh; --kk) {
-        const int k = qb * Q + kk;
-        const float dl = sc_delta[k * SL + m.ch];
-        const float uv = sc_u[k * SL + m.ch];
-        const float dyv = sc_dy[k * SL + m.ch];
-        float bv[S], cv[S], hp[S];
-        smem_vec<S>(Bt + k * DP, bv);
-        smem_vec<S>(Ct + k * DP, cv);
-        get_states(k, hp);
-        float S1 = 0.f, S2 = 0.f;
+        for (int kk = kh + QD - 1; kk >= kh; --kk) {
+          const int k = qb * Q + kk;
+          const float dl = sc_delta[k * SL + m.ch];
+          const float uv = sc_u[k * SL + m.ch];
+          const float dyv = sc_dy[k * SL + m.ch];
+          float bv[S], cv[S], hp[S];
+          smem_vec<S>(Bt + k * DP, bv);
+          smem_vec<S>(Ct + k * DP, cv);
+          get_states(k, hp);
+          float S1 = 0.f, S2 = 0.f;
 #pragma unroll
-        for (int s = 0; s < S; ++s) {
-          const float dA = expm<E>(dl * a[s]);
-          dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
-          const float dhP = dh[s] * (dA * hp[s]);
-          dal[s] = fmaf(dl, dhP, dal[s]);
-          S2 = fmaf(a[s], dhP, S2);
-          S1 = fmaf(dh[s], bv[s], S1);
-          dAn[s] = dA;
+          for (int s = 0; s < S; ++s) {
+            const float dA = expm<E>(dl * a[s]);
+            dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
+            const float dhP = dh[s] * (dA * hp[s]);
+            dal[s] = fmaf(dl, dhP, dal[s]);
+            S2 = fmaf(a[s], dhP, S2);
+            S1 = fmaf(dh[s], bv[s], S1);
+            dAn[s] = dA;
+          }
+          // dB terms (δ·u)·dh and dC terms dy·h_t, summed over the warp's channels
+          float v[NV];
+          const float w = dl * uv;
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            v[s] = w * dh[s];
+            v[S + s] = dyv * hcur[s];
+            hcur[s] = hp[s];
+          }
+          reduce_scatter_channels<L, NV>(v, m.lane);
+#pragma unroll
+          for (int r = 0; r < R; ++r) wv[kk - kh][r] = v[r];
+          S1 = group_sum_c<L>(S1);
+          S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
+          dD_acc = fmaf(dyv, uv, dD_acc);
+          {  // every lane of the group: the same values
+            const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
+            o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
+            o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
+          }
         }
-        // dB terms (δ·u)·dh and dC terms dy·h_t, summed over the warp's channels
-        float v[NV];
-        const float w = dl * uv;
 #pragma unroll
-        for (int s = 0; s < S; ++s) {
-          v[s] = w * dh[s];
-          v[S + s] = dyv * hcur[s];
-          hcur[s] = hp[s];
+        for (int kk = kh; kk < kh + QD; ++kk) {
+          const int k = qb * Q + kk;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {  // entry index wch·R + r = (q, state s of lane j)
+            const int vi = wch * R + r, q = vi / S, n = m.j * S + vi % S;
+            ws[(kk * 2 + q) * DP + n] = wv[kk - kh][r];
+          }
+          out_t(0)[k * CB + m.ch] = o_dd[kk - kh];
+          out_t(1)[k * CB + m.ch] = o_du[kk - kh];
         }
-        reduce_scatter_channels<L, NV>(v, m.lane);
-#pragma unroll
-        for (int r = 0; r < R; ++r) wv[kk - kh][r] = v[r];
-        S1 = group_sum_c<L>(S1);
-        S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
-        dD_acc = fmaf(dyv, uv, dD_acc);
-        {  // every lane of the group: the same values
-          const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
-          o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
-          o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
-        }
-      }
-#pragma unroll
-      for (int kk = kh; kk < kh + QD; ++kk) {
-        const int k = qb * Q + kk;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {  // entry index wch·R + r = (q, state s of lane j)
-          const int vi = wch * R + r, q = vi / S, n = m.j * S + vi % S;
-          ws[(kk * 2 + q) * DP + n] = wv[kk - kh][r];
-        }
-        out_t(0)[k * CB + m.ch] = o_dd[kk - kh];
-        out_t(1)[k * CB + m.ch] = o_du[kk - kh];
-      }
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk

@@ -33,18 +33,20 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward);
 
 // The backward's segments (scan::BwdParams::partial_budget): chunks per launch, so
 // that the dB and dC partials of one segment, [B, seg_rows, nblk_d, ds] f32 each, fit
-// the budget (at least one chunk per segment, whatever the budget).
+// the budget (at least one chunk per segment, whatever the budget). `pl` is the
+// backward's plan of the shape.
 struct CkptSegments {
   int64_t chunks = 1;    // checkpoint chunks per segment (the last may have fewer)
   int64_t count = 1;     // segments = ceil(n_ckpt / chunks)
   int64_t rows = 0;      // partial rows per sample = min(T, chunks·K)
 };
-CkptSegments ckpt_segments(const scan::Shape& s, size_t partial_budget);
+CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget);
 
 // Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,
 // dD_part, carry (only with more than one segment); off[5] = total. Each part
-// 256-byte aligned.
-void ckpt_workspace_offsets(const scan::Shape& s, size_t partial_budget, size_t off[6]);
+// 256-byte aligned. `pl`, `sg`: the backward's plan and segments of the shape.
+void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const CkptSegments& sg,
+                            size_t off[6]);
 
 [[noreturn]] void fail(const char* fn, const char* field, int64_t value, const char* relation,
                        int64_t limit, const char* why = "");
@@ -58,6 +60,19 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
 struct PartialRows {
   int64_t B = 0, T = 0, t0 = 0, rows = 0, part_rows = 0, ngrp = 0, ds = 0;
 };
+// Partials of part_rows rows per sample, starting at t0 = 0 (a caller covering a later
+// segment sets t0 and rows).
+inline PartialRows partial_rows(int64_t B, int64_t T, int64_t part_rows, int64_t ngrp,
+                                int64_t ds) {
+  PartialRows pr;
+  pr.B = B;
+  pr.T = T;
+  pr.rows = part_rows;
+  pr.part_rows = part_rows;
+  pr.ngrp = ngrp;
+  pr.ds = ds;
+  return pr;
+}
 template <class O>
 void launch_reduce_bc(const float* dB_part, const float* dC_part, O* dB, int64_t ld_b, O* dC,
                       int64_t ld_c, const PartialRows& pr, cudaStream_t stream);

@@ -112,9 +112,9 @@ template <class T, int S, int L, int K>
 void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::backward";
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
   size_t off[6];
-  ckpt_workspace_offsets(s, p.partial_budget, off);
-  const CkptSegments sg = ckpt_segments(s, p.partial_budget);
+  ckpt_workspace_offsets(s, pl, sg, off);
   char* ws = static_cast<char*>(p.workspace);
   CkptBwdArgs<T> a;
   a.B = s.B;
@@ -167,14 +167,20 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   auto* k = e == scan::ExpMath::Hardware ? &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K>
                                          : &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
   set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  // dB/dC of the rows `pr` covers: f32 or typed outputs (their strides checked once)
+  const int64_t ld_db = p.dB.p ? effective_ld(fn, "dB", p.dB.ld, s.ds)
+                               : effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds);
+  const int64_t ld_dc = p.dB.p ? effective_ld(fn, "dC", p.dC.ld, s.ds)
+                               : effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds);
+  auto reduce_bc = [&](const PartialRows& pr) {
+    if (p.dB.p)
+      launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p, ld_db, p.dC.p, ld_dc, pr, st);
+    else
+      launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p, ld_db, p.dC_typed.p, ld_dc, pr, st);
+  };
   // segments from the last to the first: each walks its chunks back from the carries the
   // later one left, then its rows of dB/dC are reduced before the next reuses the partials
-  PartialRows pr;
-  pr.B = s.B;
-  pr.T = s.T;
-  pr.part_rows = sg.rows;
-  pr.ngrp = pl.nblk_d;
-  pr.ds = s.ds;
+  PartialRows pr = partial_rows(s.B, s.T, sg.rows, pl.nblk_d, s.ds);
   for (int64_t seg = sg.count - 1; seg >= 0; --seg) {
     a.c_lo = seg * sg.chunks;
     a.c_hi = std::min<int64_t>(pl.n_ckpt, a.c_lo + sg.chunks);
@@ -182,14 +188,7 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
     MC_LAUNCH_CHECK(name.c_str());
     pr.t0 = a.c_lo * K;
     pr.rows = std::min<int64_t>(s.T, a.c_hi * K) - pr.t0;
-    if (p.dB.p)
-      launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p,
-                              effective_ld(fn, "dB", p.dB.ld, s.ds), p.dC.p,
-                              effective_ld(fn, "dC", p.dC.ld, s.ds), pr, st);
-    else
-      launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p,
-                          effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds), p.dC_typed.p,
-                          effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds), pr, st);
+    reduce_bc(pr);
   }
   launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
 }

@@ -45,8 +45,10 @@ size_t saved_floats(const Shape& s, Route r) {
 
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget) {
   if (r == Route::Checkpointed) {
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true);
     size_t off[6];
-    scan_detail::ckpt_workspace_offsets(s, partial_budget, off);
+    scan_detail::ckpt_workspace_offsets(s, pl, scan_detail::ckpt_segments(s, pl, partial_budget),
+                                        off);
     return off[5];
   }
   return scan_bwd_scratch_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds});
@@ -67,7 +69,7 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget)
     g.smem_bytes = pl.smem_bytes;
     g.reduce_groups = backward ? pl.nblk_d : 0;
     if (backward) {
-      const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, partial_budget);
+      const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, pl, partial_budget);
       g.segments = sg.count;
       g.segment_chunks = sg.chunks;
     }
@@ -107,7 +109,7 @@ Traffic backward_traffic(const Shape& s, Route r, int e) {
     t.route_bytes += size_t(2 * 2 * 4 * BT * double(pl.nblk_d) * ds +
                             2 * 4 * double(s.B) * di * (ds + 1));
     // between segments the carries (dh, dAn, dal, dD) are written and read once each
-    const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, 0);
+    const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, pl, 0);
     t.route_bytes += size_t(sg.count - 1) * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(3 * s.ds + 1);
     t.exps = 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
   } else {
@@ -169,8 +171,7 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
   return pl;
 }
 
-CkptSegments ckpt_segments(const scan::Shape& s, size_t partial_budget) {
-  const CkptPlan pl = ckpt_plan(s, true);
+CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget) {
   const size_t budget = partial_budget ? partial_budget : scan::kDefaultPartialBudget;
   // dB and dC partials of one chunk of every sample
   const size_t chunk_bytes =
@@ -182,9 +183,8 @@ CkptSegments ckpt_segments(const scan::Shape& s, size_t partial_budget) {
   return sg;
 }
 
-void ckpt_workspace_offsets(const scan::Shape& s, size_t partial_budget, size_t off[6]) {
-  const CkptPlan pl = ckpt_plan(s, true);
-  const CkptSegments sg = ckpt_segments(s, partial_budget);
+void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const CkptSegments& sg,
+                            size_t off[6]) {
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
   const size_t part =
       size_t(s.B) * size_t(sg.rows) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);

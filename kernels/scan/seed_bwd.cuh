@@ -68,14 +68,9 @@ void scan_bwd_chained(bool parallel, const ScanShape& s, const T* delta, const T
   const int64_t ngrp = launch_scan_bwd<T>(parallel, s, args, stream);
   // the checkpointed route's fixed-order reductions (reduce.cuh): dB/dC over the
   // channel groups into contiguous f32 rows, dA_log/dD over b (+=)
-  PartialRows pr;  // all of T in one pass: partial row = output row
-  pr.B = s.B;
-  pr.T = s.T;
-  pr.rows = s.T;
-  pr.part_rows = s.T;
-  pr.ngrp = ngrp;
-  pr.ds = s.ds;
-  launch_reduce_bc<float>(sc.dB_part, sc.dC_part, dB, s.ds, dC, s.ds, pr, stream);
+  // all of T in one pass: partial row = output row
+  launch_reduce_bc<float>(sc.dB_part, sc.dC_part, dB, s.ds, dC, s.ds,
+                          partial_rows(s.B, s.T, s.T, ngrp, s.ds), stream);
   launch_reduce_b(sc.dAlog_part, sc.dD_part, dA_log, dD, s.B, s.di, s.ds, stream);
 }
 

@@ -528,6 +528,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     const scan::Geometry g1 = scan::geometry(sh, run.route, true);
     const size_t chunk_bytes =
         2 * size_t(c.B) * size_t(g1.chunk) * size_t(g1.reduce_groups) * size_t(c.ds) * 4;
+    EXPECT_EQ(g1.segments, 1) << label << ": the default budget splits a test shape";
     for (int64_t chunks : {int64_t(1), int64_t(2)}) {
       if (chunks >= g1.n_ckpt) continue;
       const std::string sl = label + " in segments of " + std::to_string(chunks) + " chunks";
@@ -535,7 +536,6 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       const scan::Geometry gs = scan::geometry(sh, run.route, true, budget);
       EXPECT_EQ(gs.segment_chunks, chunks) << sl;
       EXPECT_EQ(gs.segments, (g1.n_ckpt + chunks - 1) / chunks) << sl;
-      EXPECT_EQ(g1.segments, 1) << label << ": the default budget splits a test shape";
       const size_t seg_ws = scan::bwd_workspace_bytes(sh, run.route, budget);
       DeviceBuffer<char> ws2(seg_ws, "scan workspace (segments)");
       fill_nan(ws2);
