@@ -1,6 +1,9 @@
 // conv.cu — causal depthwise conv1d + SiLU kernels and launchers of conv.cuh.
-// Register windows are unrolled to kMaxDConv with guards on the runtime dc, so
-// one kernel serves every dc in 1..8 without local-memory arrays.
+// One block per tile of (b, 64-step chunk, 128 channels): the tile's input rows
+// are staged through shared memory (cp.async, 16-byte pieces where the rows are
+// aligned), then one thread per channel walks the chunk. Register windows are
+// unrolled to kMaxDConv with guards on the runtime dc, so one kernel serves
+// every dc in 1..8 without local-memory arrays.
 // Explicit instantiations for float, __nv_bfloat16 and __half.
 #include "kernels/conv.cuh"
 
@@ -9,6 +12,8 @@
 #include "kernels/reduce.cuh"
 #include "kernels/typed.cuh"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace mc::kern {
@@ -21,75 +26,140 @@ constexpr int kDC = int(Limits::kMaxDConv);
 // either way (taps >= dc are skipped), in fewer registers for the narrow case.
 constexpr int kNarrowDC = 4;
 
-// Thread index -> (b, chunk, d) with d fastest (coalesced [.., di] accesses).
-struct ChunkCoord {
-  int64_t b, chunk, d;
+// ---- tiles ------------------------------------------------------------------------
+// A block owns one tile: kConvTileChannels consecutive channels of one (b, chunk).
+// Its threads first stage the rows of the typed inputs the chunk reads into shared
+// memory (all of a tile's loads in flight at once, 16 bytes each where the rows
+// allow it), then each thread walks its channel through the chunk reading the
+// staged rows. One thread per (b, chunk, d) as before, the same sums in the same
+// order: only where the operands come from changed.
+constexpr int kConvTileChannels = 128;
+
+struct ConvTile {
+  int64_t b, t0, t1, d0;  // sample, chunk [t0, t1), first channel
+  int channels;           // valid channels of the tile (<= kConvTileChannels)
 };
-__device__ __forceinline__ ChunkCoord chunk_coord(int64_t i, int64_t n_chunks, int64_t di) {
-  const int64_t d = i % di;
-  const int64_t rest = i / di;
-  return {rest / n_chunks, rest % n_chunks, d};
+
+// Tile index -> (b, chunk, channel tile), channel tiles fastest.
+__device__ __forceinline__ ConvTile conv_tile(int64_t tile, int64_t n_chunks, int64_t n_ctiles,
+                                              int64_t T_len, int64_t di) {
+  const int64_t ct = tile % n_ctiles, rest = tile / n_ctiles;
+  ConvTile c;
+  c.b = rest / n_chunks;
+  c.t0 = (rest % n_chunks) * kConvChunk;
+  c.t1 = c.t0 + kConvChunk < T_len ? c.t0 + kConvChunk : T_len;
+  c.d0 = ct * kConvTileChannels;
+  c.channels = int(di - c.d0 < kConvTileChannels ? di - c.d0 : kConvTileChannels);
+  return c;
 }
 
-// One thread per (b, chunk, d).
-//   xb [B, T, di] T, w [di, dc], bias [di], state [B, di, dc] (S0, read only here)
-//   -> windows [B, T, di, dc] f32 (opt), pc [B, T, di] T (opt), u [B, T, di] T
-// Registers are right-aligned: slot kDC−1 holds the current input and tap
-// k of a width-dc window sits at register k + (kDC − dc), so every register
+// Rows [r_lo, r_hi) of one sample's typed [T, ld] tensor, channels [d0, d0 + channels),
+// into smem [r_hi − r_lo, kConvTileChannels] (channels past `channels` are zero).
+// vec16: base and row stride are 16-byte aligned and the tile is full, so each row
+// moves as whole 16-byte pieces (cp.async on sm_80+, no register staging).
+template <class T>
+__device__ __forceinline__ void stage_rows(T* smem, const T* __restrict__ g, int64_t ld,
+                                           int64_t row0, int64_t r_lo, int64_t r_hi,
+                                           int64_t d0, int channels, bool vec16) {
+  const int rows = int(r_hi - r_lo);
+  if (rows <= 0) return;
+  if (vec16 && channels == kConvTileChannels) {
+    constexpr int kPer = 16 / int(sizeof(T));               // elements per piece
+    constexpr int kPieces = kConvTileChannels / kPer;       // pieces per row
+    for (int i = threadIdx.x; i < rows * kPieces; i += blockDim.x) {
+      const int r = i / kPieces, c = (i % kPieces) * kPer;
+      const T* src = g + (row0 + r_lo + r) * ld + d0 + c;
+      T* dst = smem + r * kConvTileChannels + c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      const unsigned dst_s = unsigned(__cvta_generic_to_shared(dst));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_s), "l"(src));
+#else
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+    }
+  } else {
+    const int c = threadIdx.x;
+    for (int r = 0; r < rows; ++r)
+      smem[r * kConvTileChannels + c] =
+          c < channels ? g[(row0 + r_lo + r) * ld + d0 + c] : dev::from_f32<T>(0.0f);
+  }
+}
+
+// Waits for this thread's cp.async pieces, then for the whole block.
+__device__ __forceinline__ void staged_rows_ready() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::);
+#endif
+  __syncthreads();
+}
+
+// Shared-memory elements of one tile's staged rows: the forward stages xb rows
+// [t0 − (dc−1), t1); the backward du rows [t0, t1 + dc − 1) and (rebuilding the
+// windows) xb rows [t0 − (dc−1), t1 + dc − 1).
+constexpr int64_t conv_fwd_tile_rows(int64_t dc) { return kConvChunk + dc - 1; }
+constexpr int64_t conv_bwd_du_rows(int64_t dc) { return kConvChunk + dc - 1; }
+constexpr int64_t conv_bwd_x_rows(int64_t dc) { return kConvChunk + 2 * (dc - 1); }
+
+// One block per tile of (b, chunk, kConvTileChannels channels), one thread per channel.
+//   xb [B, T, di] T (row stride ld_x), w [di, dc], bias [di], state0 [B, di, dc] (S0, read
+//   only here) -> windows [B, T, di, dc] f32 (opt), pc [B, T, di] T (opt), u [B, T, di] T
+// Registers are right-aligned: slot KDC−1 holds the current input and tap
+// k of a width-dc window sits at register k + (KDC − dc), so every register
 // index is a compile-time constant for any runtime dc.
 template <class T, int KDC>
-__global__ void conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x,
-                                       const float* __restrict__ w,
-                                       const float* __restrict__ bias, int64_t B, int64_t T_len,
-                                       int64_t di, int dc, int64_t n_chunks,
-                                       const float* __restrict__ state0,
-                                       float* __restrict__ windows, T* __restrict__ pc,
-                                       T* __restrict__ u) {
-  const int64_t n = B * n_chunks * di;
+__global__ void __launch_bounds__(kConvTileChannels)
+    conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x, bool vec16,
+                           const float* __restrict__ w, const float* __restrict__ bias,
+                           int64_t B, int64_t T_len, int64_t di, int dc, int64_t n_chunks,
+                           int64_t n_ctiles, const float* __restrict__ state0,
+                           float* __restrict__ windows, T* __restrict__ pc,
+                           T* __restrict__ u) {
+  extern __shared__ __align__(16) unsigned char conv_smem[];
+  T* xs = reinterpret_cast<T*>(conv_smem);  // xb rows [x_lo, t1) of the tile
+  const int64_t n_tiles = B * n_chunks * n_ctiles;
   const int pad = KDC - dc;  // registers [0, pad) are unused
-  for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
-    const ChunkCoord c = chunk_coord(i, n_chunks, di);
-    const int64_t t0 = c.chunk * kConvChunk;
-    const int64_t t1 = t0 + kConvChunk < T_len ? t0 + kConvChunk : T_len;
-    const float* s0 = state0 + (c.b * di + c.d) * dc;
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const ConvTile c = conv_tile(tile, n_chunks, n_ctiles, T_len, di);
+    const int64_t x_lo = c.t0 - (dc - 1) > 0 ? c.t0 - (dc - 1) : 0;
+    __syncthreads();  // the previous tile's rows are no longer read
+    stage_rows(xs, xb, ld_x, c.b * T_len, x_lo, c.t1, c.d0, c.channels, vec16);
+    staged_rows_ready();
+    const int lane = threadIdx.x;
+    if (lane >= c.channels) continue;
+    const int64_t d = c.d0 + lane;
+    const float* s0 = state0 + (c.b * di + d) * dc;
+    // tap `src` of xb (src >= 0, staged) or of S0 (src < 0: S0[src + dc])
+    auto x_at = [&](int64_t src) {
+      return src >= 0 ? dev::to_f32(xs[(src - x_lo) * kConvTileChannels + lane]) : s0[src + dc];
+    };
     float wr[KDC], s[KDC];
-    // s = W_{t0−1}: tap k = xb[t0 − dc + k] if that index >= 0, else S0[t0 + k].
+    // s = W_{t0−1} without its tap 0, which the first shift drops unread
 #pragma unroll
     for (int r = 0; r < KDC; ++r) {
       const int k = r - pad;
-      wr[r] = 0.0f;
-      s[r] = 0.0f;
-      if (k >= 0) {
-        wr[r] = w[c.d * dc + k];
-        const int64_t src = t0 - dc + k;
-        s[r] = src >= 0 ? dev::to_f32(xb[(c.b * T_len + src) * ld_x + c.d]) : s0[t0 + k];
-      }
+      wr[r] = k >= 0 ? w[d * dc + k] : 0.0f;
+      s[r] = k >= 1 ? x_at(c.t0 - dc + k) : 0.0f;
     }
-    const float bd = bias[c.d];
-    // the next step's input is loaded one step ahead, so that a load is in flight
-    // while a step computes (one dependent load per step left the loop latency-bound)
-    T next = xb[(c.b * T_len + t0) * ld_x + c.d];
-    for (int64_t t = t0; t < t1; ++t) {
+    const float bd = bias[d];
+    for (int64_t t = c.t0; t < c.t1; ++t) {
       const int64_t row = c.b * T_len + t;
-      const T cur = next;
-      if (t + 1 < t1) next = xb[(row + 1) * ld_x + c.d];
       // shift + insert, then save: saved before the insert, the window would be off
       // by one step and flip the sign of the conv weight gradient
 #pragma unroll
       for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
-      s[KDC - 1] = dev::to_f32(cur);
+      s[KDC - 1] = dev::to_f32(xs[(t - x_lo) * kConvTileChannels + lane]);
       float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
 #pragma unroll
       for (int r = 0; r < KDC; ++r)
         if (r >= pad) acc += s[r] * wr[r];
       if (windows) {
-        float* wt = windows + (row * di + c.d) * dc;
+        float* wt = windows + (row * di + d) * dc;
 #pragma unroll
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) wt[r - pad] = s[r];
       }
-      if (pc) pc[row * di + c.d] = dev::from_f32<T>(acc);
-      u[row * di + c.d] = dev::from_f32<T>(dev::silu(acc));
+      if (pc) pc[row * di + d] = dev::from_f32<T>(acc);
+      u[row * di + d] = dev::from_f32<T>(dev::silu(acc));
     }
   }
 }
@@ -120,9 +190,9 @@ __global__ void conv1d_final_state_kernel(const T* __restrict__ xb, int64_t ld_x
   }
 }
 
-// What the backward reads: the saved windows and pc, or (windows == pc == null) the
-// input rows xb and the incoming state S0 to rebuild them, exactly as the forward
-// built them (the same f32 sum in the same order), pc rounded to T as a typed
+// What the backward reads besides du: the saved windows and pc, or (windows == pc ==
+// null) the input rows xb and the incoming state S0 to rebuild them, exactly as the
+// forward built them (the same f32 sum in the same order), pc rounded to T as a typed
 // store of it would have been.
 template <class T>
 struct ConvSaved {
@@ -135,78 +205,103 @@ struct ConvSaved {
   const float* bias;
 };
 
-// Tap k of the window W_t of (b, d): xb[t − (dc−1) + k] if that index >= 0, else S0[t + k + 1].
+// One channel's view of a staged backward tile: du rows [t0, u_hi) and (rebuilding)
+// xb rows [x_lo, x_hi), both [rows, kConvTileChannels] in shared memory.
 template <class T>
-__device__ __forceinline__ float window_tap(const ConvSaved<T>& sv, int64_t b, int64_t t,
-                                            int64_t T_len, int64_t di, int dc, int64_t d, int k) {
-  const int64_t src = t - (dc - 1) + k;
-  return src >= 0 ? dev::to_f32(sv.xb[(b * T_len + src) * sv.ld_x + d])
-                  : sv.s0[(b * di + d) * dc + (t + k + 1)];
-}
+struct ConvBwdLane {
+  const T* us;
+  const T* xs;
+  int64_t t0, u_hi, x_lo;
+  int lane;
+  const float* s0;  // S0 of (b, d): [dc]
+
+  // Tap k of the window W_t: xb[t − (dc−1) + k] if that index >= 0, else S0[t + k + 1].
+  __device__ __forceinline__ float window_tap(int64_t t, int dc, int k) const {
+    const int64_t src = t - (dc - 1) + k;
+    return src >= 0 ? dev::to_f32(xs[(src - x_lo) * kConvTileChannels + lane]) : s0[t + k + 1];
+  }
+  __device__ __forceinline__ float du_at(int64_t t) const {
+    return dev::to_f32(us[(t - t0) * kConvTileChannels + lane]);
+  }
+};
 
 // pc_t of (b, d): saved, or rebuilt (bias + Σ_k W_t[k]·w[k], k ascending — the
 // forward's sum) and rounded like a typed store.
 template <class T>
-__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, int64_t b, int64_t t,
-                                       int64_t T_len, int64_t di, int dc, int64_t d) {
+__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, const ConvBwdLane<T>& ln,
+                                       int64_t b, int64_t t, int64_t T_len, int64_t di, int dc,
+                                       int64_t d) {
   if (sv.pc) return dev::to_f32(sv.pc[(b * T_len + t) * di + d]);
   float acc = sv.bias[d];
-  for (int k = 0; k < dc; ++k) acc += window_tap(sv, b, t, T_len, di, dc, d, k) * sv.w[d * dc + k];
+  for (int k = 0; k < dc; ++k) acc += ln.window_tap(t, dc, k) * sv.w[d * dc + k];
   return dev::round_f32<T>(acc);
 }
 
 // g_t = du_t·SiLU'(pc_t); 0 outside [0, T).
 template <class T>
-__device__ __forceinline__ float conv_grad_at(const T* du, const ConvSaved<T>& sv, int64_t b,
-                                              int64_t t, int64_t T_len, int64_t di, int dc,
-                                              int64_t d) {
+__device__ __forceinline__ float conv_grad_at(const ConvSaved<T>& sv, const ConvBwdLane<T>& ln,
+                                              int64_t b, int64_t t, int64_t T_len, int64_t di,
+                                              int dc, int64_t d) {
   if (t >= T_len) return 0.0f;
-  const int64_t idx = (b * T_len + t) * di + d;
-  return dev::to_f32(du[idx]) * dev::silu_grad(pc_at(sv, b, t, T_len, di, dc, d));
+  return ln.du_at(t) * dev::silu_grad(pc_at(sv, ln, b, t, T_len, di, dc, d));
 }
 
-// One thread per (b, chunk, d), t descending inside the chunk.
-//   du, pc [B, T, di] T, windows [B, T, di, dc] f32, w [di, dc]
-//   -> dxb [B, T, di] T, pw [B, n_chunks, di, dc] f32, pb [B, n_chunks, di] f32,
+// One block per tile of (b, chunk, kConvTileChannels channels), one thread per channel,
+// t descending inside the chunk.
+//   du, pc [B, T, di] T, windows [B, T, di, dc] f32 (or rebuilt from xb [B*T, ld_x] T
+//   and S0 [B, di, dc]), w [di, dc]
+//   -> dxb [B*T, ld_dx] T, pw [B, n_chunks, di, dc] f32, pb [B, n_chunks, di] f32,
 //      d_state0 [B, di, dc] f32 (opt; written by the chunk-0 threads)
 // Right-aligned registers as in the forward: tap k of w at register k + pad.
 template <class T, int KDC>
-__global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
-    conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv,
-                                       const float* __restrict__ w, int64_t B, int64_t T_len,
-                                       int64_t di, int dc, int64_t n_chunks, T* __restrict__ dxb,
-                                       int64_t ld_dx, float* __restrict__ pw,
-                                       float* __restrict__ pb, float* __restrict__ d_state0,
-                                       const float* __restrict__ d_state_T) {
-  const int64_t n = B * n_chunks * di;
+__global__ void __launch_bounds__(kConvTileChannels)
+    conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv, bool vec16_du,
+                           bool vec16_x, const float* __restrict__ w, int64_t B, int64_t T_len,
+                           int64_t di, int dc, int64_t n_chunks, int64_t n_ctiles,
+                           T* __restrict__ dxb, int64_t ld_dx, float* __restrict__ pw,
+                           float* __restrict__ pb, float* __restrict__ d_state0,
+                           const float* __restrict__ d_state_T) {
+  extern __shared__ __align__(16) unsigned char conv_smem[];
+  const bool rebuild = sv.windows == nullptr;
+  T* us = reinterpret_cast<T*>(conv_smem);
+  T* xs = us + conv_bwd_du_rows(dc) * kConvTileChannels;
+  const int64_t n_tiles = B * n_chunks * n_ctiles;
   const int pad = KDC - dc;
-  for (int64_t i = dev::global_index(); i < n; i += dev::grid_stride()) {
-    const ChunkCoord c = chunk_coord(i, n_chunks, di);
-    const int64_t t0 = c.chunk * kConvChunk;
-    const int64_t t1 = t0 + kConvChunk < T_len ? t0 + kConvChunk : T_len;
-    const float* wd = w + c.d * dc;
-    const float* dsT = d_state_T ? d_state_T + (c.b * di + c.d) * dc : nullptr;
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const ConvTile c = conv_tile(tile, n_chunks, n_ctiles, T_len, di);
+    const int64_t t0 = c.t0, t1 = c.t1;
+    const int64_t u_hi = t1 + dc - 1 < T_len ? t1 + dc - 1 : T_len;
+    const int64_t x_lo = t0 - (dc - 1) > 0 ? t0 - (dc - 1) : 0;
+    __syncthreads();  // the previous tile's rows are no longer read
+    stage_rows(us, du, di, c.b * T_len, t0, u_hi, c.d0, c.channels, vec16_du);
+    if (rebuild) stage_rows(xs, sv.xb, sv.ld_x, c.b * T_len, x_lo, u_hi, c.d0, c.channels, vec16_x);
+    staged_rows_ready();
+    const int lane = threadIdx.x;
+    if (lane >= c.channels) continue;
+    const int64_t d = c.d0 + lane;
+    const ConvBwdLane<T> ln{us, xs, t0, u_hi, x_lo, lane, rebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
+    const float* wd = w + d * dc;
+    const float* dsT = d_state_T ? d_state_T + (c.b * di + d) * dc : nullptr;
     float wr[KDC], dw[KDC], gn[KDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
 #pragma unroll
     for (int r = 0; r < KDC; ++r) {
       wr[r] = r >= pad ? wd[r - pad] : 0.0f;
       dw[r] = 0.0f;
-      gn[r] = r < dc - 1 ? conv_grad_at(du, sv, c.b, t1 + r, T_len, di, dc, c.d) : 0.0f;
+      gn[r] = r < dc - 1 ? conv_grad_at(sv, ln, c.b, t1 + r, T_len, di, dc, d) : 0.0f;
     }
     // Without saved windows the window W_t of the current step is kept in registers
     // (win[k + pad] = tap k) and slid one step left per step: one new tap (xb or S0)
     // per step instead of dc taps for pc_t and dc more for the weight gradient.
-    const bool rebuild = sv.windows == nullptr;
     float win[KDC];
 #pragma unroll
     for (int r = 0; r < KDC; ++r)
-      win[r] = rebuild && r >= pad ? window_tap(sv, c.b, t1 - 1, T_len, di, dc, c.d, r - pad) : 0.0f;
-    const float bd = rebuild ? sv.bias[c.d] : 0.0f;
+      win[r] = rebuild && r >= pad ? ln.window_tap(t1 - 1, dc, r - pad) : 0.0f;
+    const float bd = rebuild ? sv.bias[d] : 0.0f;
     float db = 0.0f;
 #pragma unroll 4
     for (int64_t t = t1 - 1; t >= t0; --t) {
       const int64_t row = c.b * T_len + t;
-      const int64_t idx = row * di + c.d;
+      const int64_t idx = row * di + d;
       float pct;
       if (sv.pc) {
         pct = dev::to_f32(sv.pc[idx]);
@@ -217,7 +312,7 @@ __global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
           if (r >= pad) acc += win[r] * wr[r];
         pct = dev::round_f32<T>(acc);
       }
-      const float g = dev::to_f32(du[idx]) * dev::silu_grad(pct);
+      const float g = ln.du_at(t) * dev::silu_grad(pct);
       // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
       // (w[dc−1−j] sits at register KDC−1−j)
       float carry = 0.0f;
@@ -227,7 +322,7 @@ __global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
       float v = g * wr[KDC - 1] + carry;
       // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
       if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
-      dxb[row * ld_dx + c.d] = dev::from_f32<T>(v);
+      dxb[row * ld_dx + d] = dev::from_f32<T>(v);
       if (!rebuild) {
         const float* wt = sv.windows + idx * dc;
 #pragma unroll
@@ -238,7 +333,7 @@ __global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * win[r];
         // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
-        const float tap0 = t > t0 ? window_tap(sv, c.b, t - 1, T_len, di, dc, c.d, 0) : 0.0f;
+        const float tap0 = t > t0 ? ln.window_tap(t - 1, dc, 0) : 0.0f;
 #pragma unroll
         for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
           win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
@@ -249,15 +344,15 @@ __global__ void __launch_bounds__(kBlock1D, KDC == kNarrowDC ? 3 : 1)
       for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
       gn[0] = g;
     }
-    const int64_t prow = (c.b * n_chunks + c.chunk) * di + c.d;
+    const int64_t prow = (c.b * n_chunks + t0 / kConvChunk) * di + d;
     float* pwr = pw + prow * dc;
 #pragma unroll
     for (int r = 0; r < KDC; ++r)
       if (r >= pad) pwr[r - pad] = dw[r];
     pb[prow] = db;
-    if (d_state0 && c.chunk == 0) {
+    if (d_state0 && t0 == 0) {
       // gn[t] = g_t now (0 for t >= T): d_state0[j] = Σ_{t=0}^{j−1} g_t·w[j−1−t], slot 0 = 0.
-      float* ds = d_state0 + (c.b * di + c.d) * dc;
+      float* ds = d_state0 + (c.b * di + d) * dc;
       for (int j = 0; j < dc; ++j) {
         float acc = 0.0f;
 #pragma unroll
@@ -279,6 +374,33 @@ void check_conv_shape(const char* k, int64_t B, int64_t T_len, int64_t di, int64
 }
 
 int64_t conv_chunks(int64_t T_len) { return (T_len + kConvChunk - 1) / kConvChunk; }
+int64_t conv_channel_tiles(int64_t di) { return (di + kConvTileChannels - 1) / kConvTileChannels; }
+
+// One block per tile while that fits the grid cap; the kernels loop over the rest.
+unsigned conv_tile_grid(int64_t n_tiles) {
+  return unsigned(std::max<int64_t>(1, std::min(n_tiles, kMaxGrid1D)));
+}
+
+// Whether rows of a typed tensor at p with row stride ld can be staged in 16-byte pieces.
+template <class T>
+bool rows_16b_aligned(const T* p, int64_t ld) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (size_t(ld) * sizeof(T)) % 16 == 0;
+}
+
+template <class T>
+size_t conv_bwd_smem_bytes(int64_t dc, bool rebuild) {
+  const int64_t rows = conv_bwd_du_rows(dc) + (rebuild ? conv_bwd_x_rows(dc) : 0);
+  return size_t(rows) * kConvTileChannels * sizeof(T);
+}
+
+// Raise the dynamic shared-memory limit of `kernel` to `cap` bytes when a launch needs
+// more than the default 48 KiB.
+void set_conv_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name) {
+  if (bytes <= 48 * 1024) return;
+  MC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cap)),
+                std::string(name) + ": the tile needs " + std::to_string(bytes) +
+                    " B of shared memory");
+}
 
 }  // namespace
 
@@ -293,11 +415,13 @@ void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream) {
   require_ptr(k, "u", p.u);
   const int64_t ld_x = p.ld_x ? p.ld_x : p.di;
   if (ld_x < p.di) fail_arg(k, "ld_x", ld_x, ">=", p.di, "row stride of xb");
-  const int64_t n_chunks = conv_chunks(p.seq_len);
+  const int64_t n_chunks = conv_chunks(p.seq_len), n_ctiles = conv_channel_tiles(p.di);
   auto* kern = p.dc <= kNarrowDC ? &conv1d_silu_fwd_kernel<T, kNarrowDC>
                                  : &conv1d_silu_fwd_kernel<T, kDC>;
-  kern<<<grid_1d(p.B * n_chunks * p.di), kBlock1D, 0, stream>>>(
-      p.xb, ld_x, p.w, p.bias, p.B, p.seq_len, p.di, int(p.dc), n_chunks, p.s0, p.windows, p.pc, p.u);
+  const size_t smem = size_t(conv_fwd_tile_rows(p.dc)) * kConvTileChannels * sizeof(T);
+  kern<<<conv_tile_grid(p.B * n_chunks * n_ctiles), kConvTileChannels, smem, stream>>>(
+      p.xb, ld_x, rows_16b_aligned(p.xb, ld_x), p.w, p.bias, p.B, p.seq_len, p.di, int(p.dc),
+      n_chunks, n_ctiles, p.s0, p.windows, p.pc, p.u);
   MC_LAUNCH_CHECK("conv1d_silu_fwd_kernel");
   if (p.final_state) {  // after every window was built from S0 (final_state may alias s0)
     conv1d_final_state_kernel<T><<<grid_1d(p.B * p.di), kBlock1D, 0, stream>>>(
@@ -359,10 +483,17 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   float* pw = p.scratch;             // [rows, di*dc]
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
-  auto* kern = dc <= kNarrowDC ? &conv1d_silu_bwd_kernel<T, kNarrowDC>
-                               : &conv1d_silu_bwd_kernel<T, kDC>;
-  kern<<<grid_1d(rows * di), kBlock1D, 0, stream>>>(
-      p.du, sv, p.w, p.B, p.seq_len, di, int(dc), n_chunks, p.dxb, ld_dx, pw, pb, p.d_state0,
+  const bool narrow = dc <= kNarrowDC;
+  auto* kern = narrow ? &conv1d_silu_bwd_kernel<T, kNarrowDC> : &conv1d_silu_bwd_kernel<T, kDC>;
+  const bool rebuild = p.windows == nullptr;
+  const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild);
+  // the attribute is the kernel's worst case (its widest window), never this call's need
+  set_conv_smem_limit(reinterpret_cast<const void*>(kern), smem,
+                      conv_bwd_smem_bytes<T>(narrow ? kNarrowDC : kDC, true), k);
+  const int64_t n_ctiles = conv_channel_tiles(di);
+  kern<<<conv_tile_grid(rows * n_ctiles), kConvTileChannels, smem, stream>>>(
+      p.du, sv, rows_16b_aligned(p.du, di), rebuild && rows_16b_aligned(sv.xb, sv.ld_x), p.w,
+      p.B, p.seq_len, di, int(dc), n_chunks, n_ctiles, p.dxb, ld_dx, pw, pb, p.d_state0,
       p.d_state_T);
   MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
   reduce_sum_axis0(pw, rows, di * dc, p.dw, /*accumulate=*/true, reduce_scratch, stream);

@@ -6,7 +6,8 @@
 // The conv is not a recurrence: the window at t is
 //   W_t[k] = xb[t − (dc−1) + k]   if that index >= 0, else S0[t + k + 1]
 // (S0 = incoming state; S0[0] is never read), so the kernels split T into
-// fixed chunks of kConvChunk steps and run one thread per (b, chunk, d).
+// fixed chunks of kConvChunk steps and run one thread per (b, chunk, d), a
+// block per 128 channels of one (b, chunk) with its input rows staged in shared memory.
 // d_conv is limited to Limits::kMaxDConv = 8 (register windows); a larger
 // value is refused with a ConfigError naming d_conv — never a silent return.
 #pragma once

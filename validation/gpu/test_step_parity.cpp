@@ -198,8 +198,10 @@ TYPED_TEST(StepParity, SplitGateSiluAndConcatHalves) {
 }
 
 struct ConvShape { int64_t B, T, di, dc; };
+// d_inner 17 / 23: one partial channel tile, staged element by element; 136 and 256:
+// full tiles of 128 channels staged in 16-byte pieces (and 136's partial second tile).
 std::vector<ConvShape> conv_shapes() {
-  std::vector<ConvShape> v{{2, 70, 17, 4}};
+  std::vector<ConvShape> v{{2, 70, 17, 4}, {2, 130, 136, 4}, {1, 70, 256, 8}, {2, 65, 256, 1}};
   for (int64_t dc = 1; dc <= 8; ++dc)
     for (const int64_t T : {1, 2, 5, 64, 65, 130})
       v.push_back({dc % 2 ? 2 : 3, T, dc % 3 ? 17 : 23, dc});
