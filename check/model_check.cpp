@@ -202,19 +202,15 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
   return c;
 }
 
-std::vector<ModelOutputs<double>> conforming_runs(const ModelInputs& in, const Storage& storage,
-                                                  int runs, uint64_t seed, bool backward) {
+std::vector<ModelOutputs<double>> conforming_runs(const ModelInputs& in, DType storage, int runs,
+                                                  uint64_t seed, bool backward) {
   const ref::ScopedMcaStore nearest(ref::McaStore::Nearest);
   // seeds of their own: not the statistics' ensemble runs (mca_ensemble, same seed)
   return mca_ensemble(in, storage, runs, seed ^ 0x6a09e667f3bcc909ULL, backward);
 }
 
-Storage gpu_storage(DType dtype, ScanMode mode, int64_t d_state) {
-  return Storage{dtype, scan_fuses_epilogues(scan_route(mode, d_state))};
-}
-
-std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, const Storage& storage,
-                                               int runs, uint64_t seed, bool backward) {
+std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType storage, int runs,
+                                               uint64_t seed, bool backward) {
   std::vector<ModelOutputs<double>> out;
   for (int r = 0; r < runs; ++r) {
     seed_mca(seed, r);
@@ -231,13 +227,12 @@ Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T
                                     bool check_finite, gpu::TypedGemm typed, int stat_runs,
                                     int baseline_runs) {
   const ModelInputs in = make_model_inputs(cfg, B, T, seed, dtype);
-  const Storage st = gpu_storage(dtype, scan, cfg.d_state);
   const auto O = oracle_run<double>(in, DType::F32);
-  const auto P = oracle_run<float>(in, st);
+  const auto P = oracle_run<float>(in, dtype);
   const auto K = gpu_run(in, scan, gemm, check_finite, ScanExp::Auto, typed);
-  const auto E = mca_ensemble(in, st, stat_runs, seed);
+  const auto E = mca_ensemble(in, dtype, stat_runs, seed);
   const auto N = dtype == DType::F32 ? std::vector<ModelOutputs<double>>{}
-                                     : conforming_runs(in, st, baseline_runs, seed);
+                                     : conforming_runs(in, dtype, baseline_runs, seed);
   return compare_model(describe(cfg, B, T) + " dtype=" + to_string(dtype) +
                            " scan=" + to_string(scan) +
                            " gemm=" + to_string(gpu::gemm_tier(dtype, gemm, typed)),

@@ -84,20 +84,16 @@ const std::vector<S>& field(const ModelOutputs<S>& o, Field f) {
 // True when the problem puts a non-zero upstream gradient on a final state.
 bool has_final_state_grads(const ModelInputs& in);
 
-// The typed rounding points of a GPU run of `dtype` in scan `mode` (the checkpointed
-// route fuses the softplus and the gate into the scan: core/config.hpp): the Storage
-// its same-precision baseline P and ensembles must be built with.
-Storage gpu_storage(DType dtype, ScanMode mode, int64_t d_state);
-
-// The CPU oracle in scalar S with storage rounding `st` (O: double + F32;
-// P: float + the GPU run's gpu_storage; any scalar the oracle is instantiated for, e.g. the
+// The CPU oracle in scalar S with storage rounding `storage` (O: double + F32;
+// P: float + the GPU dtype; any scalar the oracle is instantiated for, e.g. the
 // Monte Carlo arithmetic one), from the problem's initial states; with
 // backward = false only out and the final states are filled.
 template <class S>
-ModelOutputs<S> oracle_run(const ModelInputs& in, const Storage& st, bool backward = true) {
+ModelOutputs<S> oracle_run(const ModelInputs& in, DType storage, bool backward = true) {
   const Dims d = Dims::from(in.cfg);
   const ParamLayout lay(d);
   const int64_t R = in.B * in.T;
+  const Storage st{storage};
   const std::vector<S> params = cast_vec<S>(in.params);
   const std::vector<S> X = cast_vec<S>(in.X);
   ref::RecurrentState<S> state(d, in.B);
@@ -165,8 +161,8 @@ struct Comparison {
 // every typed storage rounding by ±u_dtype): the ensemble of the statistical
 // checks (stats.hpp). Run r is seeded from (seed, r, OpenMP thread), so it is
 // reproducible for a fixed OMP_NUM_THREADS.
-std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, const Storage& storage,
-                                               int runs, uint64_t seed, bool backward = true);
+std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType storage, int runs,
+                                               uint64_t seed, bool backward = true);
 
 // Conforming runs of the typed rule's baseline: `runs` Monte Carlo arithmetic runs
 // of the oracle with round-to-nearest stores (ref::McaStore::Nearest): the same
@@ -187,8 +183,8 @@ std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, const Stor
 // ensemble (ensemble.hpp), a pipeline flips such an element and fails only when no
 // run flipped it too: at most p(1-p)^m, p the flip probability, m = runs.
 constexpr int kTypedBaselineRuns = 8;
-std::vector<ModelOutputs<double>> conforming_runs(const ModelInputs& in, const Storage& storage,
-                                                  int runs, uint64_t seed, bool backward = true);
+std::vector<ModelOutputs<double>> conforming_runs(const ModelInputs& in, DType storage, int runs,
+                                                  uint64_t seed, bool backward = true);
 
 // K vs O with baseline P, every tensor of result_catalogue (catalogue names:
 // out, layers.l.conv_final, ..., grad.<ParamEntry name>, grad.input,

@@ -279,11 +279,9 @@ void run_gpu_check(Summary& s, const Case& c, uint64_t seed, DType dtype, ScanMo
     if (!mc.pass()) std::fputs(mc.report(true).c_str(), stdout);
   } else {
     // The k = 2 rule of the precision suite: e_P over P and the conforming runs.
-    // P rounds where this run's route rounds (fused scan epilogues or not)
-    const Storage st = check::gpu_storage(dtype, scan, c.cfg.d_state);
     const auto O = check::oracle_run<double>(in, DType::F32);
-    const auto P = check::oracle_run<float>(in, st);
-    const auto N = check::conforming_runs(in, st, check::kTypedBaselineRuns, seed);
+    const auto P = check::oracle_run<float>(in, dtype);
+    const auto N = check::conforming_runs(in, dtype, check::kTypedBaselineRuns, seed);
     const check::Comparison cmp = check::compare_model(label, in, K, O, P, nullptr, &N);
     for (const auto& r : cmp.tensors)
       ts.push_back({r, r.baseline_source, r.k_P < 0 ? r.k : r.k_P});

@@ -87,11 +87,6 @@ bool use_parallel_scan(ScanMode mode, int64_t T, int64_t ds);
 // The route a mode runs: Auto/Checkpointed -> Checkpointed, Parallel -> Chunked,
 // Sequential -> Sequential (Chunked when ds > 64: the sequential kernel's registers).
 ScanRoute scan_route(ScanMode mode, int64_t ds);
-// Whether the layer hands the softplus of Δ and the gate y·SiLU(z) to the scan on
-// route r (only the checkpointed scan takes fused epilogues). It moves the typed
-// path's rounding points (reference_cpu/model.cpp), so the same-precision baseline
-// of a run must be built with it (Storage::fused_scan).
-inline bool scan_fuses_epilogues(ScanRoute r) { return r == ScanRoute::Checkpointed; }
 // The exponential a route runs with `e` for storage `dtype` (Auto resolved; the
 // cross-check routes always use the accurate one).
 ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);

@@ -51,14 +51,8 @@ inline double round_to(DType t, double x) {
 }
 
 // Storage policy passed through the oracle. dtype == F32: no rounding.
-// fused_scan: the GPU route applies the softplus of Δ and the gate inside the scan
-// (core/config.hpp scan_fuses_epilogues), so Δ, y, SiLU(z), dY and dΔ are never
-// stored typed; it moves rounding points only when dtype is typed.
 struct Storage {
   DType dtype = DType::F32;
-  bool fused_scan = false;
-  Storage() = default;
-  Storage(DType d, bool fused = false) : dtype(d), fused_scan(fused) {}  // NOLINT: from DType
   template <class S>
   S q(S x) const {
     return dtype == DType::F32 ? x : round_to(dtype, x);
@@ -69,7 +63,6 @@ struct Storage {
     for (int64_t i = 0; i < n; ++i) p[i] = round_to(dtype, p[i]);
   }
   bool typed() const { return dtype != DType::F32; }
-  bool typed_fused() const { return typed() && fused_scan; }
 };
 
 }  // namespace mc

@@ -31,12 +31,10 @@ const T* Pipeline<T>::typed_copy_of_dH() {
 }
 
 // One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l. The layer's
-// u and Δraw (and, unfused, Δ and the gated output) are first recomputed from the
-// saved in_proj output, incoming conv state, xdbl and scan output with the forward's
-// own kernels (bit-identical values); the lifetimes of the scratch buffers are
-// tabled in pipeline.hpp. Fused (checkpointed route): the scan's backward also
-// takes the gate (dG in, dz out) and the softplus (dΔraw out), so B2 and the
-// softplus of B4 run inside B3.
+// u, Δraw, Δ and gated output are first recomputed from the saved in_proj
+// output, incoming conv state, xdbl and scan output with the forward's own
+// kernels (bit-identical values); the lifetimes of the scratch buffers are
+// tabled in pipeline.hpp.
 template <class T>
 void Pipeline<T>::layer_backward(int l, float* dH) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
@@ -46,26 +44,23 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
   T* U = sc.u;            // recomputed u: -> B3, B5
-  T* draw = sc.s1;        // recomputed Δraw: -> B3 (fused) / B4
-  T* delta = sc.s2;       // unfused: recomputed Δ -> B3
-  T* gated = sc.s3;       // unfused: recomputed gated output -> B1
-  T* dY = sc.s3;          // unfused: B2 -> B3
-  T* d_draw = sc.s3;      // B3 (fused) / B4 -> dt_proj
-  T* dG = sc.s4;          // B1 -> B2 / B3 (fused)
-  T* d_delta = sc.s4;     // unfused: B3 -> B4
+  T* draw = sc.s1;        // recomputed Δraw: -> B4
+  T* delta = sc.s2;       // recomputed Δ: -> B3
+  T* gated = sc.s3;       // recomputed gated output: -> B1
+  T* dY = sc.s3;          // B2 -> B3
+  T* d_draw = sc.s3;      // B4
+  T* dG = sc.s4;          // B1 -> B2
+  T* d_delta = sc.s4;     // B3 -> B4
   T* dU_x = sc.s4;        // B5
   T* dU = sc.du;          // B3 -> B6
-  T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2 / B3, dxb from B6, read by B7
+  T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2, dxb from B6, read by B7
   T* dN = sc.o_dn;        // B7 -> B8
   T* dxdbl = dxdbl_.get();
 
-  // Recompute: F4a (no state written), F4c, and unfused F4e (fused: a.y holds G)
+  // Recompute: F4a (no state written), F4c, F4e
   conv_forward(l, a.proj, a.conv_s0, /*final_state=*/nullptr);
   delta_forward(l, a.xdbl);
-  if (fused_)
-    gated = a.y;
-  else
-    kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
   // B0
   const T* dHt = typed_copy_of_dH();
   fc_.check("B0 typed dH", l, "d_H_typed", dHt, R * dm);
@@ -73,12 +68,10 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   gemm_.input_grad<T, T>(layer + "out_proj dX", dHt, w(off.out_proj_w), dG, R, di, dm);
   gemm_.weight_grad<T>(layer + "out_proj dW", gated, di, dHt, g(off.out_proj_w), R, di, dm);
   fc_.check("B1 out_proj", l, "d_gated", dG, R * di);
-  // B2 gating (unfused), gs recomputed from z (read in place from P); dz written
-  // straight into the z half of dP
-  if (!fused_) {
-    kern::gate_bwd<T>(dG, a.y, a.proj + di, 2 * di, R, di, dY, dP + di, 2 * di, s);
-    fc_.check("B2 gating", l, "d_y", dY, R * di);
-  }
+  // B2 gating, gs recomputed from z (read in place from P); dz written straight
+  // into the z half of dP
+  kern::gate_bwd<T>(dG, a.y, a.proj + di, 2 * di, R, di, dY, dP + di, 2 * di, s);
+  fc_.check("B2 gating", l, "d_y", dY, R * di);
   // (dz sits in dP's z half: it is checked with dxb after B6)
   // B3 scan BPTT; dB, dC summed over d in f32 and rounded once, straight into
   // xdbl's gradient columns; dD, dA_log accumulate into the arena
@@ -88,20 +81,15 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.shape = scan_shape_;
   sp.route = route_;
   sp.exp = scan_exp_;
-  sp.delta = {fused_ ? draw : delta, di};
-  sp.delta_bias = fused_ ? p(off.dt_proj_b) : nullptr;
+  sp.delta = {delta, di};
   sp.u = {U, di};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
   sp.a_neg = a_neg(l);
   sp.D = p(off.d_param);
   sp.saved = a.scan_saved;
-  if (fused_) {
-    sp.z = {a.proj + di, 2 * di};
-    sp.dz = {dP + di, 2 * di};
-  }
-  sp.dy = {fused_ ? dG : dY, di};
-  sp.d_delta = {fused_ ? d_draw : d_delta, di};
+  sp.dy = {dY, di};
+  sp.d_delta = {d_delta, di};
   sp.du = {dU, di};
   if (route_ == ScanRoute::Checkpointed) {  // rounded once, in place in d_xdbl
     sp.dB_typed = {dxdbl + dr, xd};
@@ -119,14 +107,12 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::backward<T>(sp, s);
   ctx_.phases().mark(Phase::Elementwise, s);
-  fc_.check("B3 scan", l, fused_ ? "d_delta_raw" : "d_delta", fused_ ? d_draw : d_delta, R * di);
+  fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
   fc_.check("B3 scan", l, "d_u", dU, R * di);
-  // B4 softplus (unfused) + dt_proj (dt_in read in place from xdbl, row stride xd); the
+  // B4 softplus + dt_proj (dt_in read in place from xdbl, row stride xd); the
   // dt_in gradient is copied into the first dr columns of d_xdbl
-  if (!fused_) {
-    kern::softplus_bwd<T>(draw, d_delta, R * di, d_draw, s);
-    fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
-  }
+  kern::softplus_bwd<T>(draw, d_delta, R * di, d_draw, s);
+  fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
   gemm_.input_grad<T, T>(layer + "dt_proj dX", d_draw, w(off.dt_proj_w), d_dt_in_.get(), R, dr,
                          di);
   gemm_.weight_grad<T>(layer + "dt_proj dW", a.xdbl, xd, d_draw, g(off.dt_proj_w), R, dr, di);

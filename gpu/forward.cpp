@@ -57,23 +57,17 @@ void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* fin
   kern::conv1d_silu_fwd<T>(cp, stream());
 }
 
-// F4c, unfused (the cross-check scan routes): Δraw = q(dt_in·W_dt + b_dt) -> scratch s1,
-// Δ = q(softplus(Δraw)) -> scratch s2 [R, di] T. The GEMM result is an f32 accumulator
-// inside the dP scratch, the bias added in f32 before the one rounding.
-// Fused (the checkpointed scan adds the bias and applies the softplus itself):
-// Δraw = q(dt_in·W_dt) -> s1 straight from the GEMM; s2 is not written.
-// dt_in is read in place from xdbl [R, xd] (row stride xd).
+// F4c: Δraw = q(dt_in·W_dt + b_dt) -> scratch s1, Δ = q(softplus(Δraw)) -> scratch s2
+// [R, di] T. dt_in is read in place from xdbl [R, xd] (row stride xd); the GEMM
+// result is an f32 accumulator inside the dP scratch, the bias added in f32
+// before the one rounding.
 template <class T>
 void Pipeline<T>::delta_forward(int l, const T* xdbl) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
   const int64_t R = R_, di = d_.di;
   const LayerScratch<T> sc = scratch();
-  const std::string name = "layer " + std::to_string(l) + " dt_proj";
-  if (fused_) {
-    gemm_.forward<T, T>(name, xdbl, d_.xd, w(off.dt_proj_w), sc.s1, di, R, d_.dr, di);
-    return;
-  }
-  gemm_.forward<T, float>(name, xdbl, d_.xd, w(off.dt_proj_w), sc.acc(), di, R, d_.dr, di);
+  gemm_.forward<T, float>("layer " + std::to_string(l) + " dt_proj", xdbl, d_.xd,
+                          w(off.dt_proj_w), sc.acc(), di, R, d_.dr, di);
   kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R, di, sc.s1, sc.s2, stream());
 }
 
@@ -113,26 +107,22 @@ void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, fl
   // F4b x_proj: xdbl [R, xd] = U·W_x  (columns dt_in | B | C)
   gemm_.forward<T, T>(layer + "x_proj", sc.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
   fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
-  // F4c dt_proj (+ bias + softplus unless the scan fuses them)
+  // F4c dt_proj + bias + softplus
   delta_forward(l, a.xdbl);
   fc_.check("F4c dt_proj_softplus", l, "delta_raw", sc.s1, R * di);
-  if (!fused_) fc_.check("F4c dt_proj_softplus", l, "delta", sc.s2, R * di);
+  fc_.check("F4c dt_proj_softplus", l, "delta", sc.s2, R * di);
   // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
-  // state is carried in place (h0 = h_final). Fused (checkpointed route): the scan
-  // also applies Δ = softplus(Δraw + b_dt) and the gate, z read in place from P, and
-  // writes the gated output G = q(y·SiLU(z)) — what the layer saves in a.y.
+  // state is carried in place (h0 = h_final)
   kern::scan::FwdParams<T> sp;
   sp.shape = scan_shape_;
   sp.route = route_;
   sp.exp = scan_exp_;
-  sp.delta = {fused_ ? sc.s1 : sc.s2, di};
-  sp.delta_bias = fused_ ? p(off.dt_proj_b) : nullptr;
+  sp.delta = {sc.s2, di};
   sp.u = {sc.u, di};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
   sp.a_neg = a_neg(l);
   sp.D = p(off.d_param);
-  if (fused_) sp.z = {a.proj + di, 2 * di};
   sp.h0 = ssm_state;
   sp.h_final = ssm_state;
   sp.saved = a.scan_saved;
@@ -140,20 +130,16 @@ void Pipeline<T>::layer_forward(int l, const LayerActs<T>& a, const float* H, fl
   ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::forward<T>(sp, s);
   ctx_.phases().mark(Phase::Elementwise, s);
-  fc_.check("F4d scan", l, fused_ ? "gated" : "y", a.y, R * di);
+  fc_.check("F4d scan", l, "y", a.y, R * di);
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
   if (a.scan_saved)
     fc_.check("F4d scan", l, "scan_saved_states", a.scan_saved, int64_t(scan_saved_floats_));
-  // Unfused: F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch
-  // s1 (Δraw is dead after the scan), z read in place from P
-  const T* gated = a.y;
-  if (!fused_) {
-    kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s1, s);
-    fc_.check("F4e gating", l, "gated", sc.s1, R * di);
-    gated = sc.s1;
-  }
+  // F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch s1
+  // (Δraw is dead after the scan), z read in place from P
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s1, s);
+  fc_.check("F4e gating", l, "gated", sc.s1, R * di);
   // F5 out_proj
-  gemm_.forward<T, T>(layer + "out_proj", gated, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
+  gemm_.forward<T, T>(layer + "out_proj", sc.s1, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
                       dm);
   fc_.check("F5 out_proj", l, "out_proj_out", sc.o_dn, R * dm);
   // F6 residual (f32 + typed -> f32)

@@ -43,7 +43,6 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       R_(B * T_len),
       opt_(opt),
       route_(scan_route(opt.scan, lay.dims.ds)),
-      fused_(scan_fuses_epilogues(route_)),
       scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
       scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
@@ -87,10 +86,9 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(y_, n_of(L * R * di), "scan_y");
   // layer scratch (lifetimes in pipeline.hpp)
   for (auto [buf, name] :
-       {std::pair{&u_, "u"}, {&s1_, "delta_raw|gated"}, {&s3_, "gated|d_y|d_delta_raw"},
-        {&s4_, "d_gated|d_delta|d_u_xproj"}, {&du_, "d_u"}})
+       {std::pair{&u_, "u"}, {&s1_, "delta_raw|gated"}, {&s2_, "delta"},
+        {&s3_, "gated|d_y|d_delta_raw"}, {&s4_, "d_gated|d_delta|d_u_xproj"}, {&du_, "d_u"}})
     plan.add(*buf, n_of(R * di), name);
-  if (!fused_) plan.add(s2_, n_of(R * di), "delta");  // fused: Δ is formed inside the scan
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
   plan.add(o_dn_, n_of(R * dm), "out_proj_out|d_post_norm");

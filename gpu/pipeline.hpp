@@ -20,21 +20,12 @@
 //                cross-check routes), rms_f [R] f32; post_norm [L, R, dm] T,
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
-//                y [L, R, di] T (the scan's output: fused, the gated output G; unfused,
-//                y before gating)
+//                y [L, R, di] T (scan output before gating)
 //   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3, s4, du
 //                [R, di] T and dP [R, 2di] T, whose storage also holds the f32 dt_proj
-//                accumulator [R, di] while Δraw is formed (unfused); o_dn [R, dm] T
-//                (out_proj output, then the in_proj input gradient dN). Lifetimes
-//                (F = forward, R = backward recompute, B1–B8 the backward steps).
-//                Fused (checkpointed route; s2 is not allocated):
-//                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
-//                  s1  F/R: Δraw (no bias)    -> B3
-//                  s3  B3: dΔraw              -> B4
-//                  s4  B1: dG -> B3; B5: dU_x
-//                  du  B3: dU (scan) -> B5: dU (total) -> B6
-//                  dP  B3: dz (z half); B6: dxb (x half) -> B7
-//                Unfused (cross-check routes):
+//                accumulator [R, di] while Δraw is formed; o_dn [R, dm] T (out_proj
+//                output, then the in_proj input gradient dN). Lifetimes (F = forward,
+//                R = backward recompute, B1–B8 the backward steps):
 //                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
 //                  s1  F/R: Δraw -> F: gated  |  R: Δraw -> B4 (softplus_bwd)
 //                  s2  F/R: Δ                 -> B3
@@ -181,9 +172,6 @@ class Pipeline final : public PipelineBase {
   const int64_t B_, T_, R_;
   const RunOptions opt_;
   const ScanRoute route_;
-  // The scan applies the softplus of Δ and the gate itself (scan_fuses_epilogues):
-  // no softplus / gate kernels, Δ and y are never stored (reference_cpu/model.cpp).
-  const bool fused_;
   const ScanExp scan_exp_;
   const kern::scan::Shape scan_shape_;
   const size_t scan_saved_floats_;  // per layer

@@ -32,15 +32,6 @@
 //            B7        dP = [dxb | dz] (already typed), d_norm = q(dP·W_inᵀ)
 //            B8        RMSNorm backward from d_norm in S; dH = dH' + dHn in S
 //            backbone  norm_f backward in S; input_proj GEMMs from q(dH0)
-// With st.fused_scan (the GPU's checkpointed route, whose scan applies the softplus
-// and the gate itself) the points around the scan move; everything else is as above:
-//   forward  F3        gs = SiLU(z)                     (in S)
-//            F4c       delta_raw = q(dt_in·W_dt)        (the GEMM's typed output; the
-//                                                        bias is added in S inside the scan)
-//                      delta = softplus(delta_raw + b_dt)  (in S)
-//            F4d+F4e   gated = q(y·gs)                  (y in S: one rounding at the output)
-//   backward B2        d_y = dG·gs (in S), dz = q(·)
-//            B3        d_delta in S; B4 d_delta_raw = q(·)
 // Everything else — the residual stream, states, h_saved, windows, rms, all
 // parameter gradients — stays in S. The input X and the GEMM weights are
 // quantised once by the CALLER, not here.
@@ -57,13 +48,6 @@
 namespace mc::ref {
 
 namespace {
-
-// X [R, N] += b [N] on every row, in S.
-template <class S>
-void add_row_bias(S* X, const S* b, int64_t R, int64_t N) {
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t n = 0; n < N; ++n) X[r * N + n] = X[r * N + n] + b[n];
-}
 
 template <class S>
 void require_size(const char* what, const std::vector<S>& v, int64_t expected) {
@@ -156,8 +140,7 @@ void layer_forward(const Dims& d, const S* params, const LayerParamOffsets& off,
              P.data());
   st.q_inplace(P.data(), R * 2 * di);
   split_gate_silu_fwd(P.data(), R, di, a.xb.data(), a.z.data(), a.gs.data());
-  const bool fused = st.typed_fused();
-  if (!fused) st.q_inplace(a.gs.data(), R * di);
+  st.q_inplace(a.gs.data(), R * di);
   // F4a conv + SiLU
   conv1d_silu_fwd(a.xb.data(), p + off.conv_w, p + off.conv_b, B, T, di, d.dc, conv_state,
                   a.windows.data(), a.pc.data(), a.u.data());
@@ -168,25 +151,17 @@ void layer_forward(const Dims& d, const S* params, const LayerParamOffsets& off,
              a.xdbl.data());
   st.q_inplace(a.xdbl.data(), R * d.xd);
   const XdblColumns<S> cols(d, R, a.xdbl.data());
-  // F4c dt_proj (+ f32 bias, one rounding) + softplus; fused: the typed GEMM output,
-  // then the bias and the softplus in S. delta_raw keeps the softplus argument.
-  if (fused) {
-    linear_fwd(cols.dt_in.data(), p + off.dt_proj_w, static_cast<const S*>(nullptr), R, d.dr,
-               di, a.delta_raw.data());
-    st.q_inplace(a.delta_raw.data(), R * di);
-    add_row_bias(a.delta_raw.data(), p + off.dt_proj_b, R, di);
-  } else {
-    linear_fwd(cols.dt_in.data(), p + off.dt_proj_w, p + off.dt_proj_b, R, d.dr, di,
-               a.delta_raw.data());
-    st.q_inplace(a.delta_raw.data(), R * di);
-  }
+  // F4c dt_proj (+ f32 bias, one rounding) + softplus
+  linear_fwd(cols.dt_in.data(), p + off.dt_proj_w, p + off.dt_proj_b, R, d.dr, di,
+             a.delta_raw.data());
+  st.q_inplace(a.delta_raw.data(), R * di);
   softplus_fwd(a.delta_raw.data(), R * di, a.delta.data());
-  if (!fused) st.q_inplace(a.delta.data(), R * di);
+  st.q_inplace(a.delta.data(), R * di);
   // F4d selective scan
   const std::vector<S> a_neg = a_neg_of(d, p, off);
   selective_scan_fwd(a.delta.data(), a.u.data(), cols.Bc.data(), cols.Cc.data(), a_neg.data(),
                      p + off.d_param, B, T, di, d.ds, ssm_state, a.h_saved.data(), a.y.data());
-  if (!fused) st.q_inplace(a.y.data(), R * di);
+  st.q_inplace(a.y.data(), R * di);
   // F4e gating
   gating_fwd(a.y.data(), a.gs.data(), R * di, a.gated.data());
   st.q_inplace(a.gated.data(), R * di);
@@ -225,8 +200,7 @@ void layer_backward_chained(const Dims& d, const S* params, const LayerParamOffs
   // B2 gating
   std::vector<S> dY(size_t(R * di)), dz(size_t(R * di));
   gating_bwd(dG.data(), a.y.data(), a.z.data(), a.gs.data(), R * di, dY.data(), dz.data());
-  const bool fused = st.typed_fused();  // B2 and B4's softplus run inside the scan
-  if (!fused) st.q_inplace(dY.data(), R * di);
+  st.q_inplace(dY.data(), R * di);
   st.q_inplace(dz.data(), R * di);
   // B3 scan BPTT + reductions
   const XdblColumns<S> cols(d, R, a.xdbl.data());
@@ -237,7 +211,7 @@ void layer_backward_chained(const Dims& d, const S* params, const LayerParamOffs
                              a_neg.data(), p + off.d_param, a.h_saved.data(), dY.data(), d_ssm_T,
                              B, T, di, ds, d_delta.data(), dU.data(), dBc.data(), dCc.data(),
                              g + off.d_param, g + off.a_log, d_ssm0);
-  if (!fused) st.q_inplace(d_delta.data(), R * di);
+  st.q_inplace(d_delta.data(), R * di);
   st.q_inplace(dU.data(), R * di);
   // B4 softplus + dt_proj; assemble d_xdbl = [d_dt_in | dB | dC]
   std::vector<S> d_draw(size_t(R * di)), d_dt_in(size_t(R * dr));

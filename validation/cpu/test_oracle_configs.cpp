@@ -213,19 +213,17 @@ int64_t count_unrepresentable(DType t, const std::vector<float>& v) {
 
 // With Storage{BF16|F16}, every tensor the mixed GPU path stores typed is
 // representable in that type; the f32 ones (residual stream, states, h_saved,
-// rms, parameter gradients) are not rounded. fused (the checkpointed route's scan
-// applies the softplus and the gate): gs, Δ and y are never stored, so they stay
-// in float; Δraw is the typed dt_proj output plus the bias in float.
-void check_rounding_points(DType t, bool fused) {
+// rms, parameter gradients) are not rounded.
+void check_rounding_points(DType t) {
   const ref::NamedConfig& c = ref::builtin_config("odd");
   const check::Problem p = check::make_problem(c.cfg, c.B, c.T, 10);
   const std::vector<float> params = check::to_float(p.params), X = check::to_float(p.X);
   ref::RecurrentState<float> st = p.state<float>();
   ref::BackboneActivations<float> act;
   std::vector<float> out(size_t(p.B * p.T * p.dims.dm));
-  const Storage storage{t, fused};
+  const Storage storage{t};
   ref::backbone_forward(p.layout, params.data(), p.B, p.T, X.data(), st, out.data(), &act, storage);
-  const std::string ctx = std::string(to_string(t)) + (fused ? " fused" : "");
+  const std::string ctx = to_string(t);
   EXPECT_EQ(count_unrepresentable(t, out), 0) << ctx << " out (norm_f output)";
   // Layer 0's residual is the typed input_proj output H0, upcast (reference_cpu/model.cpp).
   EXPECT_EQ(count_unrepresentable(t, act.layers[0].residual), 0) << ctx << " H0";
@@ -234,20 +232,14 @@ void check_rounding_points(DType t, bool fused) {
     EXPECT_EQ(count_unrepresentable(t, a.post_norm), 0) << ctx << " post_norm";
     EXPECT_EQ(count_unrepresentable(t, a.xb), 0) << ctx << " xb";
     EXPECT_EQ(count_unrepresentable(t, a.z), 0) << ctx << " z";
+    EXPECT_EQ(count_unrepresentable(t, a.gs), 0) << ctx << " gs";
     EXPECT_EQ(count_unrepresentable(t, a.pc), 0) << ctx << " pc";
     EXPECT_EQ(count_unrepresentable(t, a.u), 0) << ctx << " u";
     EXPECT_EQ(count_unrepresentable(t, a.xdbl), 0) << ctx << " xdbl";
+    EXPECT_EQ(count_unrepresentable(t, a.delta_raw), 0) << ctx << " delta_raw";
+    EXPECT_EQ(count_unrepresentable(t, a.delta), 0) << ctx << " delta";
+    EXPECT_EQ(count_unrepresentable(t, a.y), 0) << ctx << " y";
     EXPECT_EQ(count_unrepresentable(t, a.gated), 0) << ctx << " gated";
-    if (fused) {
-      EXPECT_GT(count_unrepresentable(t, a.gs), 0) << ctx << " gs must stay f32";
-      EXPECT_GT(count_unrepresentable(t, a.delta), 0) << ctx << " delta must stay f32";
-      EXPECT_GT(count_unrepresentable(t, a.y), 0) << ctx << " y must stay f32";
-    } else {
-      EXPECT_EQ(count_unrepresentable(t, a.gs), 0) << ctx << " gs";
-      EXPECT_EQ(count_unrepresentable(t, a.delta_raw), 0) << ctx << " delta_raw";
-      EXPECT_EQ(count_unrepresentable(t, a.delta), 0) << ctx << " delta";
-      EXPECT_EQ(count_unrepresentable(t, a.y), 0) << ctx << " y";
-    }
     if (l > 0) {
       EXPECT_GT(count_unrepresentable(t, a.residual), 0) << ctx << " residual must stay f32";
     }
@@ -256,22 +248,16 @@ void check_rounding_points(DType t, bool fused) {
   }
   EXPECT_GT(count_unrepresentable(t, act.z), 0) << ctx << " norm_f input must stay f32";
   EXPECT_GT(count_unrepresentable(t, st.ssm), 0) << ctx << " SSM state must stay f32";
-  // Unfused: Δraw = q(dt_in·W_dt + b_dt), the bias joins the f32 accumulator, one
-  // rounding. Fused: Δraw = q(dt_in·W_dt) + b_dt, the bias added in float to the typed
-  // GEMM output (the scan adds it).
+  // Δraw = q(dt_in·W_dt + b_dt): the bias joins the f32 accumulator, one rounding.
   const Dims& d = p.dims;
   const LayerParamOffsets& o = p.layout.layers[0];
   const ref::LayerActivations<float>& a0 = act.layers[0];
   const int64_t R = p.B * p.T;
   std::vector<float> dt_in(size_t(R * d.dr)), raw(size_t(R * d.di));
   ref::gather_cols(a0.xdbl.data(), R, d.xd, 0, d.dr, dt_in.data());
-  ref::linear_fwd(dt_in.data(), params.data() + o.dt_proj_w,
-                  fused ? nullptr : params.data() + o.dt_proj_b, R, d.dr, d.di, raw.data());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const float expect = fused ? round_to(t, raw[i]) + params[size_t(o.dt_proj_b) + i % size_t(d.di)]
-                               : round_to(t, raw[i]);
-    ASSERT_EQ(a0.delta_raw[i], expect) << ctx << " " << i;
-  }
+  ref::linear_fwd(dt_in.data(), params.data() + o.dt_proj_w, params.data() + o.dt_proj_b, R, d.dr,
+                  d.di, raw.data());
+  for (size_t i = 0; i < raw.size(); ++i) ASSERT_EQ(a0.delta_raw[i], round_to(t, raw[i])) << ctx << " " << i;
   // Backward: parameter gradients and the initial-state gradients stay f32.
   std::vector<float> grads(size_t(p.layout.total), 0.0f), dc0(st.conv.size()), ds0(st.ssm.size());
   const std::vector<float> d_out = check::to_float(p.d_out);
@@ -284,24 +270,8 @@ void check_rounding_points(DType t, bool fused) {
   EXPECT_GT(count_unrepresentable(t, ds0), 0) << ctx << " d_ssm0 must stay f32";
 }
 
-TEST(OracleStorage, Bf16RoundingPoints) { check_rounding_points(DType::BF16, false); }
-TEST(OracleStorage, F16RoundingPoints) { check_rounding_points(DType::F16, false); }
-TEST(OracleStorage, Bf16FusedScanRoundingPoints) { check_rounding_points(DType::BF16, true); }
-TEST(OracleStorage, F16FusedScanRoundingPoints) { check_rounding_points(DType::F16, true); }
-
-// fused_scan moves rounding points only on the typed path: with F32 it is the oracle.
-TEST(OracleStorage, FusedScanFlagIsInertWithoutTypedStorage) {
-  const ref::NamedConfig& c = ref::builtin_config("tiny");
-  const check::Problem p = check::make_problem(c.cfg, c.B, c.T, 11);
-  const OracleRun<float> plain = run_oracle<float>(p);
-  const OracleRun<float> fused = run_oracle<float>(p, Storage{DType::F32, true});
-  const OracleRun<float> bf16 = run_oracle<float>(p, Storage{DType::BF16});
-  const OracleRun<float> bf16_fused = run_oracle<float>(p, Storage{DType::BF16, true});
-  EXPECT_EQ(std::memcmp(plain.out.data(), fused.out.data(), plain.out.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(plain.grads.data(), fused.grads.data(), plain.grads.size() * 4), 0);
-  EXPECT_NE(bf16.out, bf16_fused.out);
-  EXPECT_NE(bf16.grads, bf16_fused.grads);
-}
+TEST(OracleStorage, Bf16RoundingPoints) { check_rounding_points(DType::BF16); }
+TEST(OracleStorage, F16RoundingPoints) { check_rounding_points(DType::F16); }
 
 // Storage{F32} rounds nothing: bitwise the default call, and different from BF16.
 TEST(OracleStorage, F32StorageIsTheUnroundedOracle) {

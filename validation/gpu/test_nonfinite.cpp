@@ -213,8 +213,7 @@ Overflow predict_first_overflow(const std::vector<double>& v) {
   return {};
 }
 
-// The float oracle's forward of `in` with f16 storage at the rounding points of the
-// GPU run expect_nonfinite makes (ScanMode::Auto: the checkpointed route, fused epilogues).
+// The float oracle's forward of `in` with f16 storage (the GPU's rounding points).
 ref::BackboneActivations<float> f16_forward_activations(const ModelInputs& in) {
   const ParamLayout lay(Dims::from(in.cfg));
   ref::RecurrentState<float> st(lay.dims, in.B);
@@ -223,7 +222,7 @@ ref::BackboneActivations<float> f16_forward_activations(const ModelInputs& in) {
   std::vector<float> out(size_t(in.B * in.T * lay.dims.dm));
   ref::BackboneActivations<float> act;
   ref::backbone_forward<float>(lay, in.params.data(), in.B, in.T, in.X.data(), st, out.data(), &act,
-                               check::gpu_storage(DType::F16, ScanMode::Auto, in.cfg.d_state));
+                               Storage{DType::F16});
   return act;
 }
 

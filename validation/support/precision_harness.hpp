@@ -281,8 +281,7 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// O once, P (and its ensembles) once per rounding-point set, then K and the
-// comparison per scan mode (check_finite on).
+// O and P once, then K and the comparison per scan mode (check_finite on).
 // Rows go to the JSON collector; nothing is asserted here.
 // stat_runs: the ensemble size of the statistical checks (0: none); baseline_runs:
 // the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone).
@@ -299,27 +298,15 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   auto t0 = std::chrono::steady_clock::now();
   const check::ModelOutputs<double> O = check::oracle_run<double>(in, DType::F32);
   pc.seconds_O = seconds_since(t0);
-  // P and its ensembles per rounding-point set (check::gpu_storage: the checkpointed
-  // route's fused scan epilogues round at other points than the cross-check routes)
-  struct Baseline {
-    check::ModelOutputs<float> P;
-    std::vector<check::ModelOutputs<double>> M, N;
-  };
-  std::map<bool, Baseline> baselines;
-  const auto baseline_for = [&](ScanMode m) -> const Baseline& {
-    const Storage st = check::gpu_storage(dtype, m, cfg.d_state);
-    auto it = baselines.find(st.fused_scan);
-    if (it != baselines.end()) return it->second;
-    Baseline b;
-    auto t = std::chrono::steady_clock::now();
-    b.P = check::oracle_run<float>(in, st);
-    pc.seconds_P += seconds_since(t);
-    t = std::chrono::steady_clock::now();
-    b.M = check::mca_ensemble(in, st, stat_runs, seed);
-    b.N = check::conforming_runs(in, st, baseline_runs, seed);
-    pc.seconds_M += seconds_since(t);
-    return baselines.emplace(st.fused_scan, std::move(b)).first->second;
-  };
+  t0 = std::chrono::steady_clock::now();
+  const check::ModelOutputs<float> P = check::oracle_run<float>(in, dtype);
+  pc.seconds_P = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const std::vector<check::ModelOutputs<double>> M =
+      check::mca_ensemble(in, dtype, stat_runs, seed);
+  const std::vector<check::ModelOutputs<double>> N =
+      check::conforming_runs(in, dtype, baseline_runs, seed);
+  pc.seconds_M = seconds_since(t0);
   for (ScanMode m : scans) {
     t0 = std::chrono::steady_clock::now();
     check::ModelOutputs<float> K;
@@ -334,11 +321,10 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
       break;
     }
     pc.seconds_K += seconds_since(t0);
-    const Baseline& b = baseline_for(m);
     pc.comparisons.push_back(check::compare_model(
         pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
             " gemm=" + to_string(precision_tier(dtype)),
-        in, K, O, b.P, stat_runs > 0 ? &b.M : nullptr, baseline_runs > 0 ? &b.N : nullptr));
+        in, K, O, P, stat_runs > 0 ? &M : nullptr, baseline_runs > 0 ? &N : nullptr));
     PrecisionJson::instance().add(pc.comparisons.back(), dtype, pc.shape, m, seed);
   }
   return pc;
