@@ -104,6 +104,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.dh0 = dh0;
   sp.workspace = scan_scratch_.get();
   sp.workspace_bytes = scan_scratch_.bytes();
+  sp.partial_budget = scan_partial_budget_;  // the same value the workspace was sized with
   ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::backward<T>(sp, s);
   ctx_.phases().mark(Phase::Elementwise, s);

@@ -46,6 +46,7 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
       scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
+      scan_partial_budget_(opt.scan_partial_budget),
       gemm_(ctx.cublas(), opt.gemm, opt.typed_gemm, &ctx.phases()),
       fc_(opt.check_finite, ctx.stream()) {
   kern::scan::check_shape(scan_shape_, route_);
@@ -99,7 +100,9 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
                                   kern::column_sum_scratch_floats(R, di),
                                   kern::column_sum_scratch_floats(R, dm), size_t(1)});
   plan.add(reduce_scratch_, reduce, "reduce_scratch");
-  plan.add(scan_scratch_, std::max<size_t>(1, kern::scan::bwd_workspace_bytes(scan_shape_, route_)),
+  plan.add(scan_scratch_,
+           std::max<size_t>(
+               1, kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_)),
            "scan_bwd_workspace");
   if (typed) plan.add(dH_typed_, n_of(R * dm), "d_hidden_typed");
   plan.add(d_dt_in_, n_of(R * dr), "d_dt_in");

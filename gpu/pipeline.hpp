@@ -175,6 +175,7 @@ class Pipeline final : public PipelineBase {
   const ScanExp scan_exp_;
   const kern::scan::Shape scan_shape_;
   const size_t scan_saved_floats_;  // per layer
+  const size_t scan_partial_budget_;  // opt.scan_partial_budget (0 = the scan's default)
   const Gemm gemm_;
   FiniteChecker fc_;
   int64_t bytes_ = 0;

@@ -18,6 +18,8 @@
 //                    hash manifests.
 //   UnderLoad        10 runs while another host thread keeps the GPU busy with
 //                    a memory-bound kernel on its own stream equal an idle run.
+//   ScanSegments     the checkpointed routes' backward in one segment and in one
+//                    chunk per segment (RunOptions::scan_partial_budget) give the same bits.
 //   BatchComposition sample b alone (B=1) vs inside batches of 2, 3, 5:
 //                    measured and REPORTED (identical or max ULP), not
 //                    required — cuBLAS may pick another GEMM kernel per M=B*T.
@@ -53,6 +55,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/scan/scan.hpp"
 #include "check/determinism.hpp"
 #include "validation/support/determinism_cases.hpp"
 #include "check/gpu_allocation.hpp"
@@ -365,6 +368,43 @@ TEST_P(UnderLoad, RerunsWhileAnotherStreamIsBusyMatchAnIdleRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routes, UnderLoad, ::testing::ValuesIn(det::routes()), param_name);
+
+// =========================================================================================
+// (c2) the scan backward in segments
+// =========================================================================================
+
+// The checkpointed routes with a dB/dC partial budget of one byte (one chunk per segment:
+// 19 backward launches at T 300) give the bits of the default budget (one launch), forward
+// and backward: RunOptions::scan_partial_budget trades memory for launches, never bits.
+class ScanSegments : public GpuTest, public ::testing::WithParamInterface<Route> {};
+
+TEST_P(ScanSegments, PartialBudgetDoesNotChangeBits) {
+  const Route r = GetParam();
+  const check::ModelInputs in = det::inputs(r);
+  const kern::scan::Shape shape{in.B, in.T, in.cfg.d_model * in.cfg.expand, in.cfg.d_state};
+  ASSERT_EQ(kern::scan::geometry(shape, ScanRoute::Checkpointed, true, 0)
+                .segments, 1) << "the default budget should run one segment here";
+  ASSERT_GT(kern::scan::geometry(shape, ScanRoute::Checkpointed, true, 1).segments, 2);
+  RerunChecker both(det::route_name(r) + " default budget vs one chunk per segment");
+  for (size_t budget : {size_t(0), size_t(1)}) {
+    gpu::RunOptions o = det::options(r, device());
+    o.scan_partial_budget = budget;
+    gpu::Model m(in.cfg, in.B, in.T, o);
+    both.add_run(det::route_tensors(r, in, check::run_forward_backward(m, in)));
+  }
+  std::cout << "  " << both.report() << "\n";
+  EXPECT_TRUE(both.identical()) << both.report();
+}
+
+std::vector<Route> checkpointed_routes() {
+  std::vector<Route> v;
+  for (const Route& r : det::routes())
+    if (r.scan == ScanMode::Checkpointed && (r.dtype == DType::F32 || r.typed == gpu::TypedGemm::TensorCore))
+      v.push_back(r);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Routes, ScanSegments, ::testing::ValuesIn(checkpointed_routes()),
+                         param_name);
 
 // =========================================================================================
 // (d) batch composition (reported, not required)
