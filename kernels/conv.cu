@@ -205,13 +205,13 @@ struct ConvSaved {
   const float* bias;
 };
 
-// One channel's view of a staged backward tile: du rows [t0, u_hi) and (rebuilding)
-// xb rows [x_lo, x_hi), both [rows, kConvTileChannels] in shared memory.
+// One channel's view of a staged backward tile: du rows from t0 and (rebuilding) xb rows
+// from x_lo, both [rows, kConvTileChannels] in shared memory.
 template <class T>
 struct ConvBwdLane {
   const T* us;
   const T* xs;
-  int64_t t0, u_hi, x_lo;
+  int64_t t0, x_lo;
   int lane;
   const float* s0;  // S0 of (b, d): [dc]
 
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kConvTileChannels)
     const int lane = threadIdx.x;
     if (lane >= c.channels) continue;
     const int64_t d = c.d0 + lane;
-    const ConvBwdLane<T> ln{us, xs, t0, u_hi, x_lo, lane, rebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
+    const ConvBwdLane<T> ln{us, xs, t0, x_lo, lane, rebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
     const float* wd = w + d * dc;
     const float* dsT = d_state_T ? d_state_T + (c.b * di + d) * dc : nullptr;
     float wr[KDC], dw[KDC], gn[KDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
@@ -393,15 +393,6 @@ size_t conv_bwd_smem_bytes(int64_t dc, bool rebuild) {
   return size_t(rows) * kConvTileChannels * sizeof(T);
 }
 
-// Raise the dynamic shared-memory limit of `kernel` to `cap` bytes when a launch needs
-// more than the default 48 KiB.
-void set_conv_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name) {
-  if (bytes <= 48 * 1024) return;
-  MC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cap)),
-                std::string(name) + ": the tile needs " + std::to_string(bytes) +
-                    " B of shared memory");
-}
-
 }  // namespace
 
 template <class T>
@@ -488,7 +479,7 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   const bool rebuild = p.windows == nullptr;
   const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild);
   // the attribute is the kernel's worst case (its widest window), never this call's need
-  set_conv_smem_limit(reinterpret_cast<const void*>(kern), smem,
+  gpu::set_smem_limit(reinterpret_cast<const void*>(kern), smem,
                       conv_bwd_smem_bytes<T>(narrow ? kNarrowDC : kDC, true), k);
   const int64_t n_ctiles = conv_channel_tiles(di);
   kern<<<conv_tile_grid(rows * n_ctiles), kConvTileChannels, smem, stream>>>(

@@ -32,4 +32,11 @@ void check_launch(const char* kernel, const char* file, int line) {
     throw CudaError(cuda_error_message(e, "kernel launch", kernel, file, line), e);
 }
 
+void set_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name) {
+  if (bytes <= 48 * 1024) return;
+  MC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(cap)),
+                std::string(name) + " needs " + std::to_string(bytes) + " B of shared memory");
+}
+
 }  // namespace mc::gpu

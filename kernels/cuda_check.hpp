@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -35,6 +36,12 @@ inline void check_cuda(cudaError_t e, const char* call, const std::string& ctx, 
 void check_launch(const char* kernel, const char* file, int line);
 // True when MAMBACHECK_SYNC_LAUNCHES asks check_launch to synchronise (read once).
 bool launch_sync_enabled();
+
+// Raises `kernel`'s dynamic shared-memory limit to `cap` bytes (the kernel's worst case,
+// never the current need: the attribute only permits, so concurrent launches of other
+// shapes cannot lower it under each other) when a launch needs `bytes` > 48 KiB. `name`
+// (the kernel) goes into the error.
+void set_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name);
 
 }  // namespace mc::gpu
 

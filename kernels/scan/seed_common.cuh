@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda_check.hpp"
 #include "kernels/scan/seed.hpp"
 
 // ---- launch seam ---------------------------------------------------------------------
@@ -236,8 +237,8 @@ inline void require_scan_inputs(const char* fn, const void* delta, const void* u
   require_ptr(fn, "D", D);
 }
 // Raises the kernel's dynamic shared memory limit to `cap` (its worst case) when
-// a launch needs `bytes` > 48 KiB.
-void set_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name);
+// a launch needs `bytes` > 48 KiB (kernels/cuda_check.hpp).
+using ::mc::gpu::set_smem_limit;
 // Worst-case dynamic shared memory of the parallel kernels (d_state = 256).
 inline size_t par_fwd_smem_cap() {
   return par_fwd_smem_floats(par_geom(1, Limits::kMaxDState), Limits::kMaxDState) * sizeof(float);

@@ -87,16 +87,6 @@ void require_ptr(const char* fn, const char* name, const void* p) {
   if (p == nullptr) throw ConfigError(std::string(fn) + ": " + name + " is null");
 }
 
-void set_smem_limit(const void* kernel, size_t bytes, size_t cap, const char* name) {
-  if (bytes <= 48 * 1024) return;
-  // Always the kernel's worst case (d_state = 256), never the current need: the
-  // attribute only permits, so concurrent launches with other shapes cannot
-  // lower it under each other.
-  MC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(cap)),
-                std::string(name) + " needs " + std::to_string(bytes) + " B of shared memory");
-}
-
 }  // namespace scan_detail
 
 ScanGeometry scan_geometry(const ScanShape& s, bool parallel, bool backward) {

@@ -381,10 +381,13 @@ class ScanSegments : public GpuTest, public ::testing::WithParamInterface<Route>
 TEST_P(ScanSegments, PartialBudgetDoesNotChangeBits) {
   const Route r = GetParam();
   const check::ModelInputs in = det::inputs(r);
-  const kern::scan::Shape shape{in.B, in.T, in.cfg.d_model * in.cfg.expand, in.cfg.d_state};
-  ASSERT_EQ(kern::scan::geometry(shape, ScanRoute::Checkpointed, true, 0)
-                .segments, 1) << "the default budget should run one segment here";
-  ASSERT_GT(kern::scan::geometry(shape, ScanRoute::Checkpointed, true, 1).segments, 2);
+  const Dims dims = Dims::from(in.cfg);
+  const kern::scan::Shape shape{in.B, in.T, dims.di, dims.ds};
+  const auto segments = [&](size_t budget) {
+    return kern::scan::geometry(shape, ScanRoute::Checkpointed, /*backward=*/true, budget).segments;
+  };
+  ASSERT_EQ(segments(0), 1) << "the default budget should run one segment here";
+  ASSERT_GT(segments(1), 2);
   RerunChecker both(det::route_name(r) + " default budget vs one chunk per segment");
   for (size_t budget : {size_t(0), size_t(1)}) {
     gpu::RunOptions o = det::options(r, device());
@@ -399,7 +402,8 @@ TEST_P(ScanSegments, PartialBudgetDoesNotChangeBits) {
 std::vector<Route> checkpointed_routes() {
   std::vector<Route> v;
   for (const Route& r : det::routes())
-    if (r.scan == ScanMode::Checkpointed && (r.dtype == DType::F32 || r.typed == gpu::TypedGemm::TensorCore))
+    if (r.scan == ScanMode::Checkpointed &&
+        (r.dtype == DType::F32 || r.typed == gpu::TypedGemm::TensorCore))
       v.push_back(r);
   return v;
 }
