@@ -70,12 +70,7 @@ namespace mc::kern::scan_detail {
 // block's shared memory alone allows one per SM, so no register bound is asked.
 constexpr int kCkptWarps = 4;
 constexpr int kCkptMaxThreads = 32 * kCkptWarps;
-// At S = 2 (d_state <= 16, the backward's narrow plan) twice the blocks of S = 4 run:
-// 6 per SM caps it at 85 registers, so 768 blocks of B 8, d_inner 1536 fit 792 slots.
-// The forward at S = 2 likewise asks for 6 (the f32 one took 128 registers unbounded:
-// 4 blocks per SM, 1.45 waves).
-constexpr int ckpt_fwd_min_blocks(int S) { return S == 2 ? 6 : 1; }
-constexpr int ckpt_bwd_min_blocks(int S) { return S == 2 ? 6 : (S == 4 ? 3 : 1); }
+constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 1; }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), else 4.
 __host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : 4; }
@@ -268,9 +263,7 @@ __device__ __forceinline__ void load_states(const float* p, bool vec, int valid,
 }
 template <int S>
 __device__ __forceinline__ void store_states(float* p, bool vec, int valid, const float (&v)[S]) {
-  if (vec && valid == S && S == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[S - 1]);
-  } else if (vec && valid == S) {
+  if (vec && valid == S) {
 #pragma unroll
     for (int q = 0; q < S / 4; ++q)
       reinterpret_cast<float4*>(p)[q] =
@@ -315,8 +308,7 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(KF, .., backward = false)
 // with KF = ckpt_fwd_stage(DP)·K rows per stage.
 template <class T, int S, int L, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(kCkptMaxThreads, ckpt_fwd_min_blocks(S))
-    ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
+__global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
   constexpr int FS = ckpt_fwd_stage(DP), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
@@ -460,7 +452,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
   constexpr int QD = Q / 2;  // walked steps whose sums and outputs are stored together
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
-  static_assert(S % 4 == 0 || S == 2, "states per thread in float2 or float4 units");
+  static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);

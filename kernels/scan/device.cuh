@@ -86,12 +86,7 @@ __device__ __forceinline__ void load_vec(const T* p, bool vec, int valid, float 
 
 template <int S>
 __device__ __forceinline__ void load_vec(const float* p, bool vec, int valid, float (&v)[S]) {
-  if (vec && S % 4 != 0) {  // S = 2: one 8-byte load
-    static_assert(S % 4 == 0 || S == 2, "states per thread: 2 or a multiple of 4");
-    const float2 x = __ldg(reinterpret_cast<const float2*>(p));
-    v[0] = x.x;
-    v[S - 1] = x.y;
-  } else if (vec) {
+  if (vec) {
 #pragma unroll
     for (int q = 0; q < S / 4; ++q) {
       const float4 x = __ldg(reinterpret_cast<const float4*>(p) + q);
@@ -124,12 +119,7 @@ __device__ __forceinline__ float half_bits_to_f32<__half>(unsigned short bits) {
 
 template <class H, int S>
 __device__ __forceinline__ void load_vec_half(const H* p, bool vec, int valid, float (&v)[S]) {
-  if (vec && S % 4 != 0) {  // S = 2: one 4-byte word
-    static_assert(S % 4 == 0 || S == 2, "states per thread: 2 or a multiple of 4");
-    const unsigned w = __ldg(reinterpret_cast<const unsigned*>(p));
-    v[0] = half_bits_to_f32<H>((unsigned short)(w & 0xffffu));
-    v[S - 1] = half_bits_to_f32<H>((unsigned short)(w >> 16));
-  } else if (vec) {  // S halves = S/4 8-byte words
+  if (vec) {  // S halves = S/4 8-byte words
 #pragma unroll
     for (int q = 0; q < S / 4; ++q) {
       const uint2 w = __ldg(reinterpret_cast<const uint2*>(p) + q);
@@ -214,17 +204,10 @@ __host__ __device__ __forceinline__ T zero_elem() {
   return T(0.0f);
 }
 
-// S consecutive elements of a shared-memory row (S = 2 or a multiple of 4; the row
-// is S- or 4-element aligned), upcast to f32, always as vectors.
+// S consecutive elements of a shared-memory row (S a multiple of 4; the row is
+// 4-element aligned), upcast to f32, always as vectors.
 template <int S>
 __device__ __forceinline__ void smem_vec(const float* p, float (&v)[S]) {
-  static_assert(S % 4 == 0 || S == 2, "states per thread: 2 or a multiple of 4");
-  if (S == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    v[0] = x.x;
-    v[S - 1] = x.y;
-    return;
-  }
 #pragma unroll
   for (int q = 0; q < S / 4; ++q) {
     const float4 x = reinterpret_cast<const float4*>(p)[q];
@@ -236,13 +219,6 @@ __device__ __forceinline__ void smem_vec(const float* p, float (&v)[S]) {
 }
 template <class H, int S>
 __device__ __forceinline__ void smem_vec_half(const H* p, float (&v)[S]) {
-  static_assert(S % 4 == 0 || S == 2, "states per thread: 2 or a multiple of 4");
-  if (S == 2) {
-    const unsigned w = *reinterpret_cast<const unsigned*>(p);
-    v[0] = half_bits_to_f32<H>((unsigned short)(w & 0xffffu));
-    v[S - 1] = half_bits_to_f32<H>((unsigned short)(w >> 16));
-    return;
-  }
 #pragma unroll
   for (int q = 0; q < S / 4; ++q) {
     const uint2 w = reinterpret_cast<const uint2*>(p)[q];

@@ -99,8 +99,7 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
 template <class T>
 void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
   const CkptPlan pl = ckpt_plan(p.shape, false);
-  switch (pl.S * 100 + pl.lanes) {  // the five compiled (states, lanes) configurations
-    case 208: ckpt_forward_s<T, 2, 8, 16>(p, pl, st); break;
+  switch (pl.S * 100 + pl.lanes) {  // the four compiled (states, lanes) configurations
     case 404: ckpt_forward_s<T, 4, 4, 16>(p, pl, st); break;
     case 416: ckpt_forward_s<T, 4, 16, 16>(p, pl, st); break;
     case 432: ckpt_forward_s<T, 4, 32, 16>(p, pl, st); break;
@@ -198,7 +197,6 @@ template <class T>
 void ckpt_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
   const CkptPlan pl = ckpt_plan(p.shape, true);
   switch (pl.S * 100 + pl.lanes) {
-    case 208: ckpt_backward_s<T, 2, 8, 16>(p, pl, st); break;
     case 404: ckpt_backward_s<T, 4, 4, 16>(p, pl, st); break;
     case 416: ckpt_backward_s<T, 4, 16, 16>(p, pl, st); break;
     case 432: ckpt_backward_s<T, 4, 32, 16>(p, pl, st); break;

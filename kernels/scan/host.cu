@@ -146,16 +146,11 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
   CkptPlan pl;
   // (lanes, states) per channel: (4, 4) up to d_state 16, (16, 4) up to 64, (32, 4) up
   // to 128, (32, 8) up to 256 — the kernels are compiled for these four (the lane
-  // butterflies unrolled); smaller d_state leaves states masked (zero). The forward
-  // at d_state <= 16 runs (8, 2) instead: twice the threads of (4, 4), because at
-  // Mamba's shapes one thread per 4 states left it bound by the grid (2.9 warps per
-  // scheduler, docs/performance-notes.md). Both directions keep K and the checkpoint
-  // layout [B, n_ckpt, di, ds], so either backward reads either forward's checkpoints.
-  const bool narrow_fwd = s.ds <= 16;  // both directions (measured: slower, reverted)
-  pl.S = narrow_fwd ? 2 : (s.ds <= 128 ? 4 : 8);
+  // butterflies unrolled); smaller d_state leaves states masked (zero).
+  pl.S = s.ds <= 128 ? 4 : 8;
   pl.K = 16;
-  pl.lanes = narrow_fwd ? 8 : (s.ds <= 16 ? 4 : (s.ds <= 64 ? 16 : 32));
-  pl.log2_lanes = pl.lanes == 4 ? 2 : (pl.lanes == 8 ? 3 : (pl.lanes == 16 ? 4 : 5));
+  pl.lanes = s.ds <= 16 ? 4 : (s.ds <= 64 ? 16 : 32);
+  pl.log2_lanes = pl.lanes == 4 ? 2 : (pl.lanes == 16 ? 4 : 5);
   pl.warps = kCkptWarps;  // the kernels are compiled for this block size
   pl.cb = pl.warps * 32 / pl.lanes;
   pl.ds_pad = pl.lanes * pl.S;

@@ -160,8 +160,6 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 
 // Vector loads through the read-only path.
-inline float2 __ldg(const float2* p) { return *p; }
-inline unsigned __ldg(const unsigned* p) { return *p; }
 inline float4 __ldg(const float4* p) { return *p; }
 inline uint2 __ldg(const uint2* p) { return *p; }
 inline uint4 __ldg(const uint4* p) { return *p; }

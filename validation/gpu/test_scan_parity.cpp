@@ -1161,12 +1161,10 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
       EXPECT_EQ(g.lanes & (g.lanes - 1), 0) << ds << ": lanes a power of two";
       EXPECT_LE(g.lanes, 32) << ds << ": a channel within one warp";
       EXPECT_GE(int64_t(g.lanes) * g.states, ds) << ds << ": every state held";
-      // the compiled (lanes, states) configurations, the smallest that holds ds; the
-      // forward at d_state <= 16 uses (8, 2) for twice the threads
-      const bool narrow_fwd = ds <= 16;
-      const int want_lanes = narrow_fwd ? 8 : (ds <= 16 ? 4 : (ds <= 64 ? 16 : 32));
+      // the four compiled (lanes, states) configurations, the smallest that holds ds
+      const int want_lanes = ds <= 16 ? 4 : (ds <= 64 ? 16 : 32);
       EXPECT_EQ(g.lanes, want_lanes) << ds;
-      EXPECT_EQ(g.states, narrow_fwd ? 2 : (ds <= 128 ? 4 : 8)) << ds;
+      EXPECT_EQ(g.states, ds <= 128 ? 4 : 8) << ds;
       EXPECT_EQ(g.channels_per_block * g.lanes, g.threads) << ds;
       EXPECT_EQ(g.blocks, 3 * ((77 + g.channels_per_block - 1) / g.channels_per_block)) << ds;
       EXPECT_EQ(g.n_ckpt, (1000 + g.chunk - 1) / g.chunk) << ds;
