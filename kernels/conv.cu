@@ -22,8 +22,9 @@ namespace {
 
 constexpr int kDC = int(Limits::kMaxDConv);
 // The forward and backward kernels hold KDC registers per window (KDC = 4 for
-// d_conv <= 4, Mamba's usual width, else kDC): the same sums in the same order
-// either way (taps >= dc are skipped), in fewer registers for the narrow case.
+// d_conv == 4, Mamba's usual width, compiled for exactly that width; else kDC with
+// the width a run-time value): the same sums in the same order either way (taps
+// >= dc are skipped), in fewer registers and without tap guards for the usual width.
 constexpr int kNarrowDC = 4;
 
 // ---- tiles ------------------------------------------------------------------------
@@ -105,17 +106,20 @@ constexpr int64_t conv_bwd_x_rows(int64_t dc) { return kConvChunk + 2 * (dc - 1)
 //   only here) -> windows [B, T, di, dc] f32 (opt), pc [B, T, di] T (opt), u [B, T, di] T
 // Registers are right-aligned: slot KDC−1 holds the current input and tap
 // k of a width-dc window sits at register k + (KDC − dc), so every register
-// index is a compile-time constant for any runtime dc.
+// index is a compile-time constant for any runtime dc. At KDC = kNarrowDC the
+// launcher passes dc = KDC only, so the pad is 0 at compile time and the tap guards
+// vanish; the outputs advance by pointer, one row per step (no 64-bit multiply).
 template <class T, int KDC>
 __global__ void __launch_bounds__(kConvTileChannels)
     conv1d_silu_fwd_kernel(const T* __restrict__ xb, int64_t ld_x, bool vec16,
                            const float* __restrict__ w, const float* __restrict__ bias,
-                           int64_t B, int64_t T_len, int64_t di, int dc, int64_t n_chunks,
+                           int64_t B, int64_t T_len, int64_t di, int dc_arg, int64_t n_chunks,
                            int64_t n_ctiles, const float* __restrict__ state0,
                            float* __restrict__ windows, T* __restrict__ pc,
                            T* __restrict__ u) {
   extern __shared__ __align__(16) unsigned char conv_smem[];
   T* xs = reinterpret_cast<T*>(conv_smem);  // xb rows [x_lo, t1) of the tile
+  const int dc = KDC == kNarrowDC ? KDC : dc_arg;
   const int64_t n_tiles = B * n_chunks * n_ctiles;
   const int pad = KDC - dc;  // registers [0, pad) are unused
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -141,25 +145,28 @@ __global__ void __launch_bounds__(kConvTileChannels)
       s[r] = k >= 1 ? x_at(c.t0 - dc + k) : 0.0f;
     }
     const float bd = bias[d];
-    for (int64_t t = c.t0; t < c.t1; ++t) {
-      const int64_t row = c.b * T_len + t;
+    const int steps = int(c.t1 - c.t0);
+    const T* xrow = xs + (c.t0 - x_lo) * kConvTileChannels + lane;
+    const int64_t row0 = c.b * T_len + c.t0;
+    T* urow = u + row0 * di + d;
+    for (int i = 0; i < steps; ++i, xrow += kConvTileChannels, urow += di) {
       // shift + insert, then save: saved before the insert, the window would be off
       // by one step and flip the sign of the conv weight gradient
 #pragma unroll
       for (int r = 0; r < KDC - 1; ++r) s[r] = s[r + 1];
-      s[KDC - 1] = dev::to_f32(xs[(t - x_lo) * kConvTileChannels + lane]);
+      s[KDC - 1] = dev::to_f32(*xrow);
       float acc = bd;  // pc = bias + Σ_k W_t[k]·w[k], k ascending
 #pragma unroll
       for (int r = 0; r < KDC; ++r)
         if (r >= pad) acc += s[r] * wr[r];
       if (windows) {
-        float* wt = windows + (row * di + d) * dc;
+        float* wt = windows + ((row0 + i) * di + d) * dc;
 #pragma unroll
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) wt[r - pad] = s[r];
       }
-      if (pc) pc[row * di + d] = dev::from_f32<T>(acc);
-      u[row * di + d] = dev::from_f32<T>(dev::silu(acc));
+      if (pc) pc[(row0 + i) * di + d] = dev::from_f32<T>(acc);
+      *urow = dev::from_f32<T>(dev::silu(acc));
     }
   }
 }
@@ -257,11 +264,12 @@ template <class T, int KDC>
 __global__ void __launch_bounds__(kConvTileChannels)
     conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv, bool vec16_du,
                            bool vec16_x, const float* __restrict__ w, int64_t B, int64_t T_len,
-                           int64_t di, int dc, int64_t n_chunks, int64_t n_ctiles,
+                           int64_t di, int dc_arg, int64_t n_chunks, int64_t n_ctiles,
                            T* __restrict__ dxb, int64_t ld_dx, float* __restrict__ pw,
                            float* __restrict__ pb, float* __restrict__ d_state0,
                            const float* __restrict__ d_state_T) {
   extern __shared__ __align__(16) unsigned char conv_smem[];
+  const int dc = KDC == kNarrowDC ? KDC : dc_arg;  // as in the forward
   const bool rebuild = sv.windows == nullptr;
   T* us = reinterpret_cast<T*>(conv_smem);
   T* xs = us + conv_bwd_du_rows(dc) * kConvTileChannels;
@@ -298,13 +306,20 @@ __global__ void __launch_bounds__(kConvTileChannels)
       win[r] = rebuild && r >= pad ? ln.window_tap(t1 - 1, dc, r - pad) : 0.0f;
     const float bd = rebuild ? sv.bias[d] : 0.0f;
     float db = 0.0f;
+    // step i = t − t0 of the chunk, walked down; the rows advance by pointer
+    const int steps = int(t1 - t0);
+    const int64_t row_t0 = c.b * T_len + t0;
+    T* dx_row = dxb + (row_t0 + steps - 1) * ld_dx + d;
+    const T* du_row = us + (steps - 1) * kConvTileChannels + lane;
+    // the final window's upstream gradient enters at steps i >= ds_lo (none without it)
+    const int64_t ds_from = T_len - dc - t0;
+    const int ds_lo = !dsT ? steps : ds_from < 0 ? 0 : ds_from > steps ? steps : int(ds_from);
 #pragma unroll 4
-    for (int64_t t = t1 - 1; t >= t0; --t) {
-      const int64_t row = c.b * T_len + t;
-      const int64_t idx = row * di + d;
+    for (int i = steps - 1; i >= 0; --i, dx_row -= ld_dx, du_row -= kConvTileChannels) {
+      const int64_t t = t0 + i;
       float pct;
       if (sv.pc) {
-        pct = dev::to_f32(sv.pc[idx]);
+        pct = dev::to_f32(sv.pc[(c.b * T_len + t) * di + d]);
       } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
         float acc = bd;
 #pragma unroll
@@ -312,7 +327,7 @@ __global__ void __launch_bounds__(kConvTileChannels)
           if (r >= pad) acc += win[r] * wr[r];
         pct = dev::round_f32<T>(acc);
       }
-      const float g = ln.du_at(t) * dev::silu_grad(pct);
+      const float g = dev::to_f32(*du_row) * dev::silu_grad(pct);
       // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
       // (w[dc−1−j] sits at register KDC−1−j)
       float carry = 0.0f;
@@ -321,10 +336,10 @@ __global__ void __launch_bounds__(kConvTileChannels)
         if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
       float v = g * wr[KDC - 1] + carry;
       // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
-      if (d_state_T && t >= T_len - dc) v += dsT[t - T_len + dc];
-      dxb[row * ld_dx + d] = dev::from_f32<T>(v);
+      if (i >= ds_lo) v += dsT[t - T_len + dc];
+      *dx_row = dev::from_f32<T>(v);
       if (!rebuild) {
-        const float* wt = sv.windows + idx * dc;
+        const float* wt = sv.windows + ((c.b * T_len + t) * di + d) * dc;
 #pragma unroll
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * wt[r - pad];
@@ -333,7 +348,7 @@ __global__ void __launch_bounds__(kConvTileChannels)
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * win[r];
         // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
-        const float tap0 = t > t0 ? ln.window_tap(t - 1, dc, 0) : 0.0f;
+        const float tap0 = i > 0 ? ln.window_tap(t - 1, dc, 0) : 0.0f;
 #pragma unroll
         for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
           win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
@@ -407,7 +422,8 @@ void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream) {
   const int64_t ld_x = p.ld_x ? p.ld_x : p.di;
   if (ld_x < p.di) fail_arg(k, "ld_x", ld_x, ">=", p.di, "row stride of xb");
   const int64_t n_chunks = conv_chunks(p.seq_len), n_ctiles = conv_channel_tiles(p.di);
-  auto* kern = p.dc <= kNarrowDC ? &conv1d_silu_fwd_kernel<T, kNarrowDC>
+  // exactly kNarrowDC taps (Mamba's usual width): the compile-time window; else the wide one
+  auto* kern = p.dc == kNarrowDC ? &conv1d_silu_fwd_kernel<T, kNarrowDC>
                                  : &conv1d_silu_fwd_kernel<T, kDC>;
   const size_t smem = size_t(conv_fwd_tile_rows(p.dc)) * kConvTileChannels * sizeof(T);
   kern<<<conv_tile_grid(p.B * n_chunks * n_ctiles), kConvTileChannels, smem, stream>>>(
@@ -474,7 +490,7 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   float* pw = p.scratch;             // [rows, di*dc]
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
-  const bool narrow = dc <= kNarrowDC;
+  const bool narrow = dc == kNarrowDC;  // as in the forward
   auto* kern = narrow ? &conv1d_silu_bwd_kernel<T, kNarrowDC> : &conv1d_silu_bwd_kernel<T, kDC>;
   const bool rebuild = p.windows == nullptr;
   const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild);
