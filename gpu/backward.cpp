@@ -19,15 +19,21 @@
 
 namespace mc::gpu {
 
-// B0: the typed copy q(dH) that the GEMMs read; the f32 dH itself is kept.
+// B0: the typed copy q(dH) that the GEMMs read; the f32 dH itself is kept. The
+// RMSNorm backward that last updated dH (norm_f's, or the layer above's B8) wrote
+// the copy in the same pass (typed_dH_out).
 template <class T>
 const T* Pipeline<T>::typed_copy_of_dH() {
-  if constexpr (std::is_same<T, float>::value) {
-    return dH_.get();
-  } else {
-    kern::cast_from_f32<T>(dH_.get(), R_ * d_.dm, dH_typed_.get(), stream());
-    return dH_typed_.get();
-  }
+  if constexpr (std::is_same<T, float>::value) return dH_.get();
+  else return dH_typed_.get();
+}
+
+// Where an RMSNorm backward writes q(dH): the typed copy, or nowhere on the f32 path
+// (the GEMMs read dH itself).
+template <class T>
+T* Pipeline<T>::typed_dH_out() {
+  if constexpr (std::is_same<T, float>::value) return nullptr;
+  else return dH_typed_.get();
 }
 
 // One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l. The layer's
@@ -163,7 +169,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   fc_.check("B7 in_proj", l, "d_post_norm", dN, R * dm);
   // B8 RMSNorm backward (typed dy, f32 x) with the residual: dH += dHn (f32)
   kern::rmsnorm_bwd_residual<T>(dN, hs(l), p(off.norm_w), a.rms, R, dm, dH, g(off.norm_w),
-                                reduce_scratch_.get(), s);
+                                reduce_scratch_.get(), s, typed_dH_out());
   fc_.check("B8 rmsnorm", l, "d_hidden", dH, R * dm);
 }
 
@@ -174,9 +180,10 @@ void Pipeline<T>::backward(bool want_d_input) {
   cudaStream_t s = stream();
   fc_.check("input", -1, "d_out", d_out_.get(), R * dm);
   grads_.zero(s);
-  // norm_f backward, pure f32: dH := ∂L/∂Z
-  kern::rmsnorm_bwd<float>(d_out_.get(), hs(int(d_.L)), p(lay_.norm_f_w), rms_f_.get(), R, dm,
-                           dH_.get(), g(lay_.norm_f_w), reduce_scratch_.get(), s);
+  // norm_f backward, pure f32: dH := ∂L/∂Z (and its typed copy, B0 of the last layer)
+  kern::rmsnorm_bwd<float, T>(d_out_.get(), hs(int(d_.L)), p(lay_.norm_f_w), rms_f_.get(), R,
+                              dm, dH_.get(), g(lay_.norm_f_w), reduce_scratch_.get(), s,
+                              typed_dH_out());
   fc_.check("norm_f backward", -1, "d_hidden", dH_.get(), R * dm);
   for (int l = int(d_.L) - 1; l >= 0; --l) layer_backward(l, dH_.get());
   // input_proj from q(∂L/∂H0): dW, db (column sums of the typed copy), optional dX
@@ -200,6 +207,7 @@ void Pipeline<T>::backward(bool want_d_input) {
 
 #define MC_INSTANTIATE_BACKWARD(T)                                   \
   template const T* Pipeline<T>::typed_copy_of_dH();                \
+  template T* Pipeline<T>::typed_dH_out();                          \
   template void Pipeline<T>::layer_backward(int, float*);           \
   template void Pipeline<T>::backward(bool);
 MC_INSTANTIATE_BACKWARD(float)

@@ -55,6 +55,7 @@
 #include "gpu/gemm.hpp"
 #include "core/param_layout.hpp"
 #include "gpu/model.hpp"
+#include "kernels/norm.cuh"
 #include "kernels/scan/scan.hpp"
 
 namespace mc::gpu {
@@ -140,8 +141,16 @@ class Pipeline final : public PipelineBase {
 
  private:
   // forward.cpp
-  void layer_forward(int l, const LayerActs<T>& a, const float* H, float* H_next,
-                     float* conv_state, float* ssm_state);
+  // An addition left to the next RMSNorm forward: in.add.x_out = src + residual (F6) or
+  // q(src + bias) (input_proj), formed in the norm's own pass (kern::rmsnorm_fwd_add).
+  struct PendingAdd {
+    const float* src;
+    kern::RmsNormPreAdd<T> add;
+  };
+  void norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms,
+                         int pending_layer);
+  PendingAdd layer_forward(int l, const LayerActs<T>& a, const PendingAdd& in, float* H_next,
+                           float* conv_state, float* ssm_state);
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
   void delta_forward(int l, const T* xdbl);                                      // -> s1, s2
   LayerActs<T> saved(int l);
@@ -160,6 +169,7 @@ class Pipeline final : public PipelineBase {
   const T* x_typed() const;                // the (typed) input of input_proj
   T* out_typed();                          // norm_f output
   const T* typed_copy_of_dH();             // B0: q(dH) (the f32 dH itself for float)
+  T* typed_dH_out();                       // where an RMSNorm backward writes q(dH) (or null)
   float* conv_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.dc; }
   float* ssm_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.ds; }
   float* hs(int l) const { return hs_.get() + int64_t(l) * R_ * d_.dm; }

@@ -22,6 +22,7 @@
 
 #include "gpu/model.hpp"
 #include "kernels/conv.cuh"
+#include "kernels/cuda_check.hpp"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/reduce.cuh"
@@ -62,6 +63,68 @@ TYPED_TEST(StepParity, RmsNormForward) {  // f32 x -> typed y, f32 rms
   }
 }
 
+// F6 + F1 in one pass (the training and target forwards): the stream x += f32(residual) in
+// place, then normalised; the same bits as residual_add followed by rmsnorm_fwd.
+TYPED_TEST(StepParity, RmsNormForwardAfterResidual) {
+  for (const RowsDim sh : kNormShapes) {
+    const int64_t R = sh.R, D = sh.D;
+    auto tb = this->bed(shape_tag({{"R", R}, {"D", D}}));
+    const auto x = tb.inout("rmsnorm_fwd.x_stream", uniform(R * D, 13 + R, -2.0, 2.0));
+    const auto res = tb.in_typed("residual", uniform(R * D, 14 + R, -1.0, 1.0));
+    const auto g = tb.in("g", uniform(D, 15 + D, 0.5, 1.5));
+    const auto y = tb.out_typed("rmsnorm_fwd.y", R * D);
+    const auto rms = tb.out("rmsnorm_fwd.rms", R);
+    tb.run([&](auto& h) {
+      ref::residual_add(h[x], h[res], R * D, h[x]);
+      ref::rmsnorm_fwd(h[x], h[g], R, D, kEps, h[y], h[rms]);
+    }, [&](auto& d) {
+      kern::RmsNormPreAdd<TypeParam> add;
+      add.residual = d[res];
+      add.x_out = d[x];
+      kern::rmsnorm_fwd_add<TypeParam>(d[x], add, d[g], R, D, kEps, d[y], d[rms], d.s);
+    });
+    tb.rerun("residual_add, then rmsnorm_fwd (unfused)", [&](auto& d) {
+      kern::residual_add<TypeParam>(d[x], d[res], R * D, d[x], d.s);
+      kern::rmsnorm_fwd<TypeParam>(d[x], d[g], R, D, kEps, d[y], d[rms], d.s);
+    }, {x, y, rms});
+  }
+}
+
+// input_proj's epilogue + layer 0's F1 in one pass: H0 = f32(q(acc + bias)) written out,
+// then normalised; the same bits as bias_add_round followed by rmsnorm_fwd.
+TYPED_TEST(StepParity, RmsNormForwardAfterBiasRound) {
+  for (const RowsDim sh : kNormShapes) {
+    const int64_t R = sh.R, D = sh.D;
+    auto tb = this->bed(shape_tag({{"R", R}, {"D", D}}));
+    const auto acc = tb.in("gemm_acc", uniform(R * D, 16 + R, -2.0, 2.0));
+    const auto b = tb.in("bias", uniform(D, 17 + D, -0.5, 0.5));
+    const auto g = tb.in("g", uniform(D, 18 + D, 0.5, 1.5));
+    const auto h0 = tb.out_rounded("rmsnorm_fwd.H0", R * D);
+    const auto y = tb.out_typed("rmsnorm_fwd.y", R * D);
+    const auto rms = tb.out("rmsnorm_fwd.rms", R);
+    float* tmp = tb.scratch(size_t(R * D));
+    tb.run([&](auto& h) {
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < D; ++c) h[h0][r * D + c] = h[acc][r * D + c] + h[b][c];
+      h.round(h0);  // H0's storage point: the norm reads the rounded values
+      ref::rmsnorm_fwd(h[h0], h[g], R, D, kEps, h[y], h[rms]);
+    }, [&](auto& d) {
+      kern::RmsNormPreAdd<TypeParam> add;
+      add.bias = d[b];
+      add.x_out = d[h0];
+      kern::rmsnorm_fwd_add<TypeParam>(d[acc], add, d[g], R, D, kEps, d[y], d[rms], d.s);
+    });
+    tb.rerun("bias_add_round, then rmsnorm_fwd (unfused)", [&](auto& d) {
+      MC_CUDA_CHECK(cudaMemcpyAsync(tmp, d[acc], size_t(R * D) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, d.s), "copy gemm_acc");
+      kern::bias_add_round<TypeParam>(tmp, d[b], R, D, d.s);
+      MC_CUDA_CHECK(cudaMemcpyAsync(d[h0], tmp, size_t(R * D) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, d.s), "copy H0");
+      kern::rmsnorm_fwd<TypeParam>(tmp, d[g], R, D, kEps, d[y], d[rms], d.s);
+    }, {h0, y, rms});
+  }
+}
+
 TYPED_TEST(StepParity, RmsNormBackward) {  // typed dy, f32 x -> f32 dx, dg (+=)
   for (const RowsDim sh : kNormShapes) {
     const int64_t R = sh.R, D = sh.D;
@@ -99,21 +162,58 @@ TYPED_TEST(StepParity, RmsNormBackwardWithResidual) {
     const auto rms = tb.in("rms", rms_f);
     const auto dH = tb.inout("rmsnorm_bwd_residual.dH", uniform(R * D, 28 + R, -1.0, 1.0));
     const auto dg = tb.inout("rmsnorm_bwd_residual.dg", uniform(D, 29 + D, -0.5, 0.5));
+    // the typed copy q(dH) of the updated dH (B0 of the next GEMMs), written in the same pass
+    const auto dHq = tb.out_typed("rmsnorm_bwd_residual.dH_typed", R * D);
     float* scratch = tb.scratch(kern::rmsnorm_bwd_scratch_floats(R, D));
     float* tmp = tb.scratch(size_t(R * D));
     tb.run([&](auto& h) {
       using S = std::remove_pointer_t<decltype(h[dH])>;
       std::vector<S> dx(static_cast<size_t>(R * D));
       ref::rmsnorm_bwd(h[dy], h[x], h[g], h[rms], R, D, dx.data(), h[dg]);
-      for (int64_t i = 0; i < R * D; ++i) h[dH][i] += dx[size_t(i)];
+      for (int64_t i = 0; i < R * D; ++i) {
+        h[dH][i] += dx[size_t(i)];
+        h[dHq][i] = h[dH][i];  // rounded by the testbed where the kernel stores it
+      }
     }, [&](auto& d) {
       kern::rmsnorm_bwd_residual<TypeParam>(d[dy], d[x], d[g], d[rms], R, D, d[dH], d[dg],
-                                            scratch, d.s);
+                                            scratch, d.s, d[dHq]);
     });
-    tb.rerun("rmsnorm_bwd, then residual_add (unfused)", [&](auto& d) {
+    tb.rerun("rmsnorm_bwd, then residual_add, then cast_from_f32 (unfused)", [&](auto& d) {
       kern::rmsnorm_bwd<TypeParam>(d[dy], d[x], d[g], d[rms], R, D, tmp, d[dg], scratch, d.s);
       kern::residual_add<float>(d[dH], tmp, R * D, d[dH], d.s);
-    }, {dH, dg});
+      kern::cast_from_f32<TypeParam>(d[dH], R * D, d[dHq], d.s);
+    }, {dH, dg, dHq});
+  }
+}
+
+// norm_f's backward on the typed path: f32 dy, f32 dx and, in the same pass, the typed
+// copy q(dx) that the last layer's GEMMs read; the same bits as a separate cast.
+TYPED_TEST(StepParity, RmsNormBackwardF32WithTypedCopy) {
+  for (const RowsDim sh : kNormShapes) {
+    const int64_t R = sh.R, D = sh.D;
+    auto tb = this->bed(shape_tag({{"R", R}, {"D", D}}));
+    const auto x = tb.in("x", uniform(R * D, 31 + R, -2.0, 2.0));
+    const auto g = tb.in("g", uniform(D, 32 + D, 0.5, 1.5));
+    const auto dy = tb.in("dy", uniform(R * D, 33 + R, -1.0, 1.0));
+    std::vector<float> rms_f(R), y_f(R * D);
+    ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
+                            rms_f.data());
+    const auto rms = tb.in("rms", rms_f);
+    const auto dx = tb.out("rmsnorm_bwd.dx", R * D);
+    const auto dxq = tb.out_typed("rmsnorm_bwd.dx_typed", R * D);
+    const auto dg = tb.inout("rmsnorm_bwd.dg", uniform(D, 34 + D, -0.5, 0.5));
+    float* scratch = tb.scratch(kern::rmsnorm_bwd_scratch_floats(R, D));
+    tb.run([&](auto& h) {
+      ref::rmsnorm_bwd(h[dy], h[x], h[g], h[rms], R, D, h[dx], h[dg]);
+      for (int64_t i = 0; i < R * D; ++i) h[dxq][i] = h[dx][i];
+    }, [&](auto& d) {
+      kern::rmsnorm_bwd<float, TypeParam>(d[dy], d[x], d[g], d[rms], R, D, d[dx], d[dg], scratch,
+                                          d.s, d[dxq]);
+    });
+    tb.rerun("rmsnorm_bwd, then cast_from_f32 (unfused)", [&](auto& d) {
+      kern::rmsnorm_bwd<float>(d[dy], d[x], d[g], d[rms], R, D, d[dx], d[dg], scratch, d.s);
+      kern::cast_from_f32<TypeParam>(d[dx], R * D, d[dxq], d.s);
+    }, {dx, dg, dxq});
   }
 }
 
