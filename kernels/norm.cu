@@ -32,6 +32,37 @@ __device__ float warp_row_sum(float v) {
   return v;
 }
 
+// V consecutive elements in one access (8 or 16 bytes) where V·sizeof(E) is one of
+// those sizes, else element by element. The caller guarantees the alignment.
+template <class E, int V>
+struct alignas(V * sizeof(E) >= 16 ? 16 : V * sizeof(E) >= 8 ? 8 : sizeof(E)) NormVec {
+  E e[V];
+};
+template <int V, class E>
+__device__ __forceinline__ NormVec<E, V> load_vec(const E* p) {
+  NormVec<E, V> v;
+  if constexpr (V * sizeof(E) == 16) {
+    *reinterpret_cast<uint4*>(&v) = *reinterpret_cast<const uint4*>(p);
+  } else if constexpr (V * sizeof(E) == 8) {
+    *reinterpret_cast<uint2*>(&v) = *reinterpret_cast<const uint2*>(p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) v.e[j] = p[j];
+  }
+  return v;
+}
+template <int V, class E>
+__device__ __forceinline__ void store_vec(E* p, const NormVec<E, V>& v) {
+  if constexpr (V * sizeof(E) == 16) {
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&v);
+  } else if constexpr (V * sizeof(E) == 8) {
+    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(&v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = v.e[j];
+  }
+}
+
 // The rows a warp serves: r = blockIdx.x·rows_per_block + warp, grid-stride.
 #define MC_NORM_ROWS_LOOP(r, R)                                                          \
   for (int64_t r = int64_t(blockIdx.x) * kNormRowsPerBlock + (threadIdx.x >> 5); r < (R); \
@@ -57,13 +88,30 @@ __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
     const float* xr = x + r * D;
     float* xo = kPre == NormPre::None ? nullptr : x_out + r * D;
     float ss = 0.0f;
-#pragma unroll 4
-    for (int64_t i = lane; i < D; i += 32) {
-      float v = xr[i];
-      if (kPre == NormPre::Residual) v = v + dev::to_f32(residual[r * D + i]);
-      if (kPre == NormPre::BiasRound) v = dev::round_f32<T>(v + bias[i]);
-      if (kPre != NormPre::None) xo[i] = v;
-      ss += v * v;
+    // kU elements of the lane at a time, loaded before any is stored: x_out may alias x,
+    // so a store would otherwise keep the compiler from issuing the next loads early.
+    // ss still sums the lane's elements in ascending order.
+    constexpr int kU = 4;
+    for (int64_t i0 = lane; i0 < D; i0 += 32 * kU) {
+      float v[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t i = i0 + 32 * u;
+        v[u] = 0.0f;
+        if (i < D) {
+          v[u] = xr[i];
+          if (kPre == NormPre::Residual) v[u] = v[u] + dev::to_f32(residual[r * D + i]);
+          if (kPre == NormPre::BiasRound) v[u] = dev::round_f32<T>(v[u] + bias[i]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t i = i0 + 32 * u;
+        if (i < D) {
+          if (kPre != NormPre::None) xo[i] = v[u];
+          ss += v[u] * v[u];
+        }
+      }
     }
     const float total = warp_row_sum(ss);
     const float rr = sqrtf(total / float(D) + eps);
@@ -100,7 +148,7 @@ __host__ __device__ inline int64_t norm_bwd_groups(int64_t R) {
 // added as one f32 sum of the rounded gradient, like a separate residual add.
 // dxq [R, D] Q (nullptr = not written): the RN copy of the final dx, as a separate
 // cast_from_f32 of dx would write it (the typed dH the next GEMMs read, B0).
-template <class T, class Q, bool kAccumulate>
+template <class T, class Q, bool kAccumulate, int V>
 __global__ void __launch_bounds__(32 * kNormBwdWarps)
     rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __restrict__ x,
                        const float* __restrict__ g, const float* __restrict__ rms, int64_t R,
@@ -128,25 +176,42 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
       }
     }
     __syncthreads();
-    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
-      const float gc = g[c];
-      float part = 0.0f;  // Σ_i dy·x̂ over the block's rows, i ascending
+    // V consecutive columns per thread (V = 4 where D and the pointers allow it): the
+    // same per-column arithmetic and row order for every V, so the same bits.
+    for (int64_t c = int64_t(threadIdx.x) * V; c < D; c += int64_t(blockDim.x) * V) {
+      const NormVec<float, V> gc = load_vec<V>(g + c);
+      float part[V];  // Σ_i dy·x̂ over the group's rows, i ascending
+#pragma unroll
+      for (int j = 0; j < V; ++j) part[j] = 0.0f;
       const T* dyc = dy + r0 * D + c;
       const float* xc = x + r0 * D + c;
       float* dxc = dx + r0 * D + c;
       Q* dxqc = dxq ? dxq + r0 * D + c : nullptr;
-#pragma unroll 8
+#pragma unroll 4
       for (int i = 0; i < rows; ++i, dyc += D, xc += D, dxc += D) {
-        const float d = dev::to_f32(*dyc);
-        const float inv = row_inv[i];
-        const float xh = *xc * inv;
-        const float v = __fmul_rn(gc * d - xh * row_m[i], inv);  // no contraction into the add
-        const float out = kAccumulate ? __fadd_rn(*dxc, v) : v;
-        *dxc = out;
-        if (dxqc) dxqc[int64_t(i) * D] = dev::from_f32<Q>(out);
-        part += d * xh;
+        const NormVec<T, V> dv = load_vec<V>(dyc);
+        const NormVec<float, V> xv = load_vec<V>(xc);
+        NormVec<float, V> out;
+        if (kAccumulate) out = load_vec<V>(dxc);
+        const float inv = row_inv[i], m = row_m[i];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float d = dev::to_f32(dv.e[j]);
+          const float xh = xv.e[j] * inv;
+          const float v = __fmul_rn(gc.e[j] * d - xh * m, inv);  // no contraction into the add
+          out.e[j] = kAccumulate ? __fadd_rn(out.e[j], v) : v;
+          part[j] += d * xh;
+        }
+        store_vec<V>(dxc, out);
+        if (dxqc) {
+          NormVec<Q, V> q;
+#pragma unroll
+          for (int j = 0; j < V; ++j) q.e[j] = dev::from_f32<Q>(out.e[j]);
+          store_vec<V>(dxqc + int64_t(i) * D, q);
+        }
       }
-      partials[grp * D + c] = part;
+#pragma unroll
+      for (int j = 0; j < V; ++j) partials[grp * D + c + j] = part[j];
     }
   }
 }
@@ -214,7 +279,14 @@ void rmsnorm_bwd_impl(const T* dy, const float* x, const float* g, const float* 
   require_ptr(k, "scratch", scratch);
   const int64_t P = norm_bwd_groups(R);
   float* partials = scratch;  // [P, D]
-  auto* kern = accumulate ? &rmsnorm_bwd_kernel<T, Q, true> : &rmsnorm_bwd_kernel<T, Q, false>;
+  // 4 columns per thread in phase 2 where every row starts 16-byte aligned
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool vec = D % 4 == 0 && aligned16(dy) && aligned16(x) && aligned16(dx) &&
+                   aligned16(g) && (!dxq || aligned16(dxq));
+  auto* kern = accumulate ? (vec ? &rmsnorm_bwd_kernel<T, Q, true, 4>
+                                 : &rmsnorm_bwd_kernel<T, Q, true, 1>)
+                          : (vec ? &rmsnorm_bwd_kernel<T, Q, false, 4>
+                                 : &rmsnorm_bwd_kernel<T, Q, false, 1>);
   const unsigned grid = unsigned(P < kMaxNormGrid ? P : kMaxNormGrid);
   kern<<<grid, 32 * kNormBwdWarps, 0, stream>>>(dy, x, g, rms, R, D, dx, dxq, partials);
   MC_LAUNCH_CHECK("rmsnorm_bwd_kernel");
