@@ -71,21 +71,20 @@ void Pipeline<T>::delta_forward(int l, const T* xdbl) {
   kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R, di, sc.s1, sc.s2, stream());
 }
 
-// F1 of a layer or norm_f: RMSNorm of the stream in.add.x_out after the pending
-// addition `in` (the layer before's F6 residual, or input_proj's bias) in one pass.
+// F1 of a layer or norm_f: RMSNorm of the stream in.add.x_out, after the pending
+// addition of input_proj's bias where there is one (layer 0's F1, or norm_f without
+// layers), in one pass.
 template <class T>
-void Pipeline<T>::norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms,
-                                    int pending_layer) {
+void Pipeline<T>::norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms) {
   const int64_t R = R_, dm = d_.dm;
   kern::rmsnorm_fwd_add<T>(in.src, in.add, g, R, dm, d_.eps, y, rms, stream());
   if (in.add.bias) fc_.check_rounded<T>("input_proj", -1, "H0", in.add.x_out, R * dm);
-  if (in.add.residual) fc_.check("F6 residual", pending_layer, "residual_out", in.add.x_out, R * dm);
 }
 
-// One layer, F1–F5, with F6 left pending. The layer's input H = in.add.x_out [R, dm] f32
-// is formed by F1 from in (the layer before's residual or input_proj's bias); the
-// returned PendingAdd says how the next RMSNorm forms H_next [R, dm] f32 = H + out_proj
-// output (H_next may alias H). conv_state [B, di, dc] and ssm_state [B, di, ds] are read
+// One layer, F1–F6. The layer's input H = in.add.x_out [R, dm] f32 (formed by F1 from
+// in.src where input_proj's bias is still pending) -> H_next [R, dm] f32 (may alias H:
+// H is only read by F1 and by the final residual add), returned as the next norm's
+// input with nothing pending. conv_state [B, di, dc] and ssm_state [B, di, ds] are read
 // as the initial and written as the final state; with a.conv_s0 the incoming conv
 // state is first copied there for the backward.
 template <class T>
@@ -98,10 +97,10 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   cudaStream_t s = stream();
   const LayerScratch<T> sc = scratch();
 
-  // F1 RMSNorm (after the pending F6 / bias of what came before): f32 residual in,
-  // typed N out, f32 rms saved
+  // F1 RMSNorm (after input_proj's pending bias, layer 0): f32 residual in, typed N out,
+  // f32 rms saved
   const float* H = in.add.x_out;
-  norm_with_pending(in, p(off.norm_w), a.post_norm, a.rms, l - 1);
+  norm_with_pending(in, p(off.norm_w), a.post_norm, a.rms);
   fc_.check("F1 rmsnorm", l, "post_norm", a.post_norm, R * dm);
   // F2 in_proj: P [R, 2di] = N·W_in, saved; x half = xb, z half = the gate input
   gemm_.forward<T, T>(layer + "in_proj", a.post_norm, dm, w(off.in_proj_w), a.proj, 2 * di,
@@ -158,8 +157,10 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   gemm_.forward<T, T>(layer + "out_proj", sc.s1, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
                       dm);
   fc_.check("F5 out_proj", l, "out_proj_out", sc.o_dn, R * dm);
-  // F6 residual (f32 + typed -> f32): done by the next RMSNorm forward, in its pass
-  return PendingAdd{H, kern::RmsNormPreAdd<T>{sc.o_dn, nullptr, H_next}};
+  // F6 residual (f32 + typed -> f32)
+  kern::residual_add<T>(H, sc.o_dn, R * dm, H_next, s);
+  fc_.check("F6 residual", l, "residual_out", H_next, R * dm);
+  return PendingAdd{H_next, kern::RmsNormPreAdd<T>{nullptr, H_next}};
 }
 
 template <class T>
@@ -175,12 +176,12 @@ void Pipeline<T>::forward() {
   // (the bias and its rounding are added by the first RMSNorm forward: layer 0's F1)
   gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), hs(0), dm, R, mid,
                           dm);
-  PendingAdd pend{hs(0), kern::RmsNormPreAdd<T>{nullptr, p(lay_.input_proj_b), hs(0)}};
+  PendingAdd pend{hs(0), kern::RmsNormPreAdd<T>{p(lay_.input_proj_b), hs(0)}};
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, saved(l), pend, hs(l + 1), conv_state(l, conv_state_.get()),
                          ssm_state(l, ssm_state_.get()));
-  // norm_f on all positions (after the last layer's F6)
-  norm_with_pending(pend, p(lay_.norm_f_w), out_typed(), rms_f_.get(), int(d_.L) - 1);
+  // norm_f on all positions
+  norm_with_pending(pend, p(lay_.norm_f_w), out_typed(), rms_f_.get());
   fc_.check("norm_f", -1, "output", out_typed(), R * dm);
   have_forward_ = true;
   have_d_input_ = false;
@@ -210,7 +211,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   }
   gemm_.forward<T, float>("target input_proj", xt, mid, w(lay_.input_proj_w), t.cur.get(), dm, R,
                           mid, dm);
-  PendingAdd pend{t.cur.get(), kern::RmsNormPreAdd<T>{nullptr, p(lay_.input_proj_b), t.cur.get()}};
+  PendingAdd pend{t.cur.get(), kern::RmsNormPreAdd<T>{p(lay_.input_proj_b), t.cur.get()}};
   // nosave layers: no saved conv state or scan states; one layer's buffers reused
   const LayerActs<T> acts{t.rms.get(), t.post_norm.get(), t.proj.get(), nullptr,
                           t.xdbl.get(), nullptr,          t.y.get()};
@@ -218,7 +219,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
     pend = layer_forward(l, acts, pend, t.cur.get(), conv_state(l, t.conv.get()),
                          ssm_state(l, t.ssm.get()));
   // norm_f on all rows (configured eps), then the last timestep of every sample
-  norm_with_pending(pend, p(lay_.norm_f_w), t.out.get(), t.rms.get(), int(d_.L) - 1);
+  norm_with_pending(pend, p(lay_.norm_f_w), t.out.get(), t.rms.get());
   fc_.check("norm_f", -1, "output", t.out.get(), R * dm);
   kern::gather_last_timestep<T>(t.out.get(), B_, T_, dm, t.target.get(), s);
   t.target.download(target, t.target.size(), s);
@@ -232,7 +233,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(                \
       int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*);            \
   template void Pipeline<T>::norm_with_pending(const PendingAdd&, const float*, T*,    \
-                                               float*, int);                           \
+                                               float*);                                \
   template void Pipeline<T>::forward();                                                \
   template void Pipeline<T>::target_forward(const float*, float*);
 MC_INSTANTIATE_FORWARD(float)

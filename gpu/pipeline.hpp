@@ -141,14 +141,14 @@ class Pipeline final : public PipelineBase {
 
  private:
   // forward.cpp
-  // An addition left to the next RMSNorm forward: in.add.x_out = src + residual (F6) or
-  // q(src + bias) (input_proj), formed in the norm's own pass (kern::rmsnorm_fwd_add).
+  // An addition left to the next RMSNorm forward: in.add.x_out = q(src + bias), input_proj's
+  // biased epilogue, formed in the norm's own pass (kern::rmsnorm_fwd_add); none when
+  // add.bias is null (then x_out = src is the norm's input).
   struct PendingAdd {
     const float* src;
     kern::RmsNormPreAdd<T> add;
   };
-  void norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms,
-                         int pending_layer);
+  void norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms);
   PendingAdd layer_forward(int l, const LayerActs<T>& a, const PendingAdd& in, float* H_next,
                            float* conv_state, float* ssm_state);
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u

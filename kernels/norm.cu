@@ -68,19 +68,20 @@ __device__ __forceinline__ void store_vec(E* p, const NormVec<E, V>& v) {
   for (int64_t r = int64_t(blockIdx.x) * kNormRowsPerBlock + (threadIdx.x >> 5); r < (R); \
        r += int64_t(gridDim.x) * kNormRowsPerBlock)
 
-// What the forward adds to its input before normalising it (kPre): nothing, the
-// typed residual of F6, or input_proj's bias with its rounding (bias_add_round).
-enum class NormPre { None, Residual, BiasRound };
+// What the forward adds to its input before normalising it (kPre): nothing, or
+// input_proj's bias with its rounding (bias_add_round). (F6's residual was tried the
+// same way and measured slower on the H200 than residual_add + rmsnorm_fwd: the second
+// pass re-reads the just-stored row from L2; docs/performance-notes.md.)
+enum class NormPre { None, BiasRound };
 
-//   x [R, D] f32 (+ residual [R, D] T | bias [D] f32 -> x_out [R, D] f32, may alias x),
-//   g [D] -> y [R, D] T, rms [R] f32
-// With a pre-add the value v = x + f32(residual) or f32(q(x + bias)) is written to
-// x_out and normalised: the same v as a separate residual_add / bias_add_round would
-// store, then the same sums in the same order, so the same bits as the two passes.
+//   x [R, D] f32 (+ bias [D] f32 -> x_out [R, D] f32, may alias x), g [D]
+//   -> y [R, D] T, rms [R] f32
+// With the pre-add the value v = f32(q(x + bias)) is written to x_out and normalised:
+// the same v as a separate bias_add_round would store, then the same sums in the same
+// order, so the same bits as the two passes.
 template <class T, NormPre kPre>
 __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
-    rmsnorm_fwd_kernel(const float* x, const T* __restrict__ residual,
-                       const float* __restrict__ bias, float* x_out,
+    rmsnorm_fwd_kernel(const float* x, const float* __restrict__ bias, float* x_out,
                        const float* __restrict__ g, int64_t R, int64_t D, float eps,
                        T* __restrict__ y, float* __restrict__ rms) {
   const int lane = int(threadIdx.x & 31);
@@ -100,7 +101,6 @@ __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
         v[u] = 0.0f;
         if (i < D) {
           v[u] = xr[i];
-          if (kPre == NormPre::Residual) v[u] = v[u] + dev::to_f32(residual[r * D + i]);
           if (kPre == NormPre::BiasRound) v[u] = dev::round_f32<T>(v[u] + bias[i]);
         }
       }
@@ -235,21 +235,16 @@ void rmsnorm_fwd_add(const float* x, const RmsNormPreAdd<T>& add, const float* g
   require_ptr(k, "g", g);
   require_ptr(k, "y", y);
   require_ptr(k, "rms", rms);
-  if (add.residual && add.bias)
-    throw ConfigError("rmsnorm_fwd: give a residual or a bias to add first, not both");
-  if ((add.residual || add.bias) && !add.x_out)
-    throw ConfigError("rmsnorm_fwd: x_out is null (required with a residual or a bias)");
+  if (add.bias && !add.x_out)
+    throw ConfigError("rmsnorm_fwd: x_out is null (required with a bias to add first)");
   const unsigned grid = norm_grid(R);
   constexpr unsigned block = 32 * kNormRowsPerBlock;
-  if (add.residual)
-    rmsnorm_fwd_kernel<T, NormPre::Residual><<<grid, block, 0, stream>>>(
-        x, add.residual, nullptr, add.x_out, g, R, D, float(eps), y, rms);
-  else if (add.bias)
+  if (add.bias)
     rmsnorm_fwd_kernel<T, NormPre::BiasRound><<<grid, block, 0, stream>>>(
-        x, nullptr, add.bias, add.x_out, g, R, D, float(eps), y, rms);
+        x, add.bias, add.x_out, g, R, D, float(eps), y, rms);
   else
-    rmsnorm_fwd_kernel<T, NormPre::None><<<grid, block, 0, stream>>>(
-        x, nullptr, nullptr, nullptr, g, R, D, float(eps), y, rms);
+    rmsnorm_fwd_kernel<T, NormPre::None><<<grid, block, 0, stream>>>(x, nullptr, nullptr, g, R,
+                                                                     D, float(eps), y, rms);
   MC_LAUNCH_CHECK("rmsnorm_fwd_kernel");
 }
 

@@ -26,15 +26,13 @@ template <class T>
 void rmsnorm_fwd(const float* x, const float* g, int64_t R, int64_t D, double eps, T* y,
                  float* rms, cudaStream_t stream);
 
-// What rmsnorm_fwd_add adds to its input before normalising it (at most one of the
-// two; x_out is required with either and may alias x):
-//   residual [R, D] T   x_out = x + f32(residual)         (F6 of the layer before)
+// What rmsnorm_fwd_add adds to its input before normalising it (none when bias is null;
+// x_out is required with a bias and may alias x):
 //   bias [D] f32        x_out = f32(q(x + bias))          (input_proj's biased epilogue)
-// x_out is then normalised: the same bits as residual_add / bias_add_round followed
-// by rmsnorm_fwd on x_out, in one pass.
+// x_out is then normalised: the same bits as bias_add_round followed by rmsnorm_fwd on
+// x_out, in one pass.
 template <class T>
 struct RmsNormPreAdd {
-  const T* residual = nullptr;
   const float* bias = nullptr;
   float* x_out = nullptr;
 };

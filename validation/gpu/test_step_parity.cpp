@@ -63,33 +63,6 @@ TYPED_TEST(StepParity, RmsNormForward) {  // f32 x -> typed y, f32 rms
   }
 }
 
-// F6 + F1 in one pass (the training and target forwards): the stream x += f32(residual) in
-// place, then normalised; the same bits as residual_add followed by rmsnorm_fwd.
-TYPED_TEST(StepParity, RmsNormForwardAfterResidual) {
-  for (const RowsDim sh : kNormShapes) {
-    const int64_t R = sh.R, D = sh.D;
-    auto tb = this->bed(shape_tag({{"R", R}, {"D", D}}));
-    const auto x = tb.inout("rmsnorm_fwd.x_stream", uniform(R * D, 13 + R, -2.0, 2.0));
-    const auto res = tb.in_typed("residual", uniform(R * D, 14 + R, -1.0, 1.0));
-    const auto g = tb.in("g", uniform(D, 15 + D, 0.5, 1.5));
-    const auto y = tb.out_typed("rmsnorm_fwd.y", R * D);
-    const auto rms = tb.out("rmsnorm_fwd.rms", R);
-    tb.run([&](auto& h) {
-      ref::residual_add(h[x], h[res], R * D, h[x]);
-      ref::rmsnorm_fwd(h[x], h[g], R, D, kEps, h[y], h[rms]);
-    }, [&](auto& d) {
-      kern::RmsNormPreAdd<TypeParam> add;
-      add.residual = d[res];
-      add.x_out = d[x];
-      kern::rmsnorm_fwd_add<TypeParam>(d[x], add, d[g], R, D, kEps, d[y], d[rms], d.s);
-    });
-    tb.rerun("residual_add, then rmsnorm_fwd (unfused)", [&](auto& d) {
-      kern::residual_add<TypeParam>(d[x], d[res], R * D, d[x], d.s);
-      kern::rmsnorm_fwd<TypeParam>(d[x], d[g], R, D, kEps, d[y], d[rms], d.s);
-    }, {x, y, rms});
-  }
-}
-
 // input_proj's epilogue + layer 0's F1 in one pass: H0 = f32(q(acc + bias)) written out,
 // then normalised; the same bits as bias_add_round followed by rmsnorm_fwd.
 TYPED_TEST(StepParity, RmsNormForwardAfterBiasRound) {
