@@ -49,6 +49,16 @@ const RowsDim kNormShapes[] = {{1, 1},     {19, 17},   {33, 48},  {40, 24},
                                {130, 769}, {17, 1100}, {2500, 16}};
 constexpr double kEps = 1e-5;
 
+// The float forward's saved rms [R] of the testbed inputs x [R, D], g [D] (what the
+// backward tests read as their rms input).
+template <class Bed, class X, class G>
+std::vector<float> forward_rms(Bed& tb, const X& x, const G& g, int64_t R, int64_t D) {
+  std::vector<float> rms_f(static_cast<size_t>(R)), y_f(static_cast<size_t>(R * D));
+  ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
+                          rms_f.data());
+  return rms_f;
+}
+
 TYPED_TEST(StepParity, RmsNormForward) {  // f32 x -> typed y, f32 rms
   for (const RowsDim sh : kNormShapes) {
     const int64_t R = sh.R, D = sh.D;
@@ -105,10 +115,7 @@ TYPED_TEST(StepParity, RmsNormBackward) {  // typed dy, f32 x -> f32 dx, dg (+=)
     const auto x = tb.in("x", uniform(R * D, 21 + R, -2.0, 2.0));
     const auto g = tb.in("g", uniform(D, 22 + D, 0.5, 1.5));
     const auto dy = tb.in_typed("dy", uniform(R * D, 23 + R, -1.0, 1.0));
-    std::vector<float> rms_f(R), y_f(R * D);  // the float forward's saved rms
-    ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
-                            rms_f.data());
-    const auto rms = tb.in("rms", rms_f);
+    const auto rms = tb.in("rms", forward_rms(tb, x, g, R, D));
     const auto dx = tb.out("rmsnorm_bwd.dx", R * D);
     const auto dg = tb.inout("rmsnorm_bwd.dg", uniform(D, 24 + D, -0.5, 0.5));
     float* scratch = tb.scratch(kern::rmsnorm_bwd_scratch_floats(R, D));
@@ -129,10 +136,7 @@ TYPED_TEST(StepParity, RmsNormBackwardWithResidual) {
     const auto x = tb.in("x", uniform(R * D, 25 + R, -2.0, 2.0));
     const auto g = tb.in("g", uniform(D, 26 + D, 0.5, 1.5));
     const auto dy = tb.in_typed("dy", uniform(R * D, 27 + R, -1.0, 1.0));
-    std::vector<float> rms_f(R), y_f(R * D);
-    ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
-                            rms_f.data());
-    const auto rms = tb.in("rms", rms_f);
+    const auto rms = tb.in("rms", forward_rms(tb, x, g, R, D));
     const auto dH = tb.inout("rmsnorm_bwd_residual.dH", uniform(R * D, 28 + R, -1.0, 1.0));
     const auto dg = tb.inout("rmsnorm_bwd_residual.dg", uniform(D, 29 + D, -0.5, 0.5));
     // the typed copy q(dH) of the updated dH (B0 of the next GEMMs), written in the same pass
@@ -168,10 +172,7 @@ TYPED_TEST(StepParity, RmsNormBackwardF32WithTypedCopy) {
     const auto x = tb.in("x", uniform(R * D, 31 + R, -2.0, 2.0));
     const auto g = tb.in("g", uniform(D, 32 + D, 0.5, 1.5));
     const auto dy = tb.in("dy", uniform(R * D, 33 + R, -1.0, 1.0));
-    std::vector<float> rms_f(R), y_f(R * D);
-    ref::rmsnorm_fwd<float>(tb.host(x).data(), tb.host(g).data(), R, D, kEps, y_f.data(),
-                            rms_f.data());
-    const auto rms = tb.in("rms", rms_f);
+    const auto rms = tb.in("rms", forward_rms(tb, x, g, R, D));
     const auto dx = tb.out("rmsnorm_bwd.dx", R * D);
     const auto dxq = tb.out_typed("rmsnorm_bwd.dx_typed", R * D);
     const auto dg = tb.inout("rmsnorm_bwd.dg", uniform(D, 34 + D, -0.5, 0.5));
