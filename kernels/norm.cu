@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
     }
     __syncthreads();
     // V consecutive columns per thread (V = 4 where D and the pointers allow it): the
-    // same per-column arithmetic and row order for every V, so the same bits.
+    // same per-column arithmetic and row order for every V (not compared bitwise by a test).
     for (int64_t c = int64_t(threadIdx.x) * V; c < D; c += int64_t(blockDim.x) * V) {
       const NormVec<float, V> gc = load_vec<V>(g + c);
       float part[V];  // Σ_i dy·x̂ over the group's rows, i ascending
