@@ -65,7 +65,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
 
   // Recompute: F4a (no state written), F4c, F4e
   conv_forward(l, a.proj, a.conv_s0, /*final_state=*/nullptr);
-  delta_forward(l, a.xdbl);
+  delta_forward(l, a.xdbl, /*keep_raw=*/true);
   kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
   // B0
   const T* dHt = typed_copy_of_dH();

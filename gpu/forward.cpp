@@ -57,34 +57,48 @@ void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* fin
   kern::conv1d_silu_fwd<T>(cp, stream());
 }
 
-// F4c: Δraw = q(dt_in·W_dt + b_dt) -> scratch s1, Δ = q(softplus(Δraw)) -> scratch s2
-// [R, di] T. dt_in is read in place from xdbl [R, xd] (row stride xd); the GEMM
-// result is an f32 accumulator inside the dP scratch, the bias added in f32
-// before the one rounding.
+// F4c: Δraw = q(dt_in·W_dt + b_dt) -> scratch s1 (only with keep_raw: the backward's
+// recompute, whose B4 reads it), Δ = q(softplus(Δraw)) -> scratch s2 [R, di] T. dt_in is
+// read in place from xdbl [R, xd] (row stride xd); the GEMM result is an f32 accumulator
+// inside the dP scratch, the bias added in f32 before the one rounding.
 template <class T>
-void Pipeline<T>::delta_forward(int l, const T* xdbl) {
+void Pipeline<T>::delta_forward(int l, const T* xdbl, bool keep_raw) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
   const int64_t R = R_, di = d_.di;
   const LayerScratch<T> sc = scratch();
   gemm_.forward<T, float>("layer " + std::to_string(l) + " dt_proj", xdbl, d_.xd,
                           w(off.dt_proj_w), sc.acc(), di, R, d_.dr, di);
-  kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R, di, sc.s1, sc.s2, stream());
+  kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R, di, keep_raw ? sc.s1 : nullptr,
+                             sc.s2, stream());
+  if (keep_raw) fc_.check("F4c dt_proj_softplus", l, "delta_raw", sc.s1, R * di);
+  fc_.check("F4c dt_proj_softplus", l, "delta", sc.s2, R * di);
 }
 
-// F1 of a layer or norm_f: RMSNorm of the stream in.add.x_out, after the pending
-// addition of input_proj's bias where there is one (layer 0's F1, or norm_f without
-// layers), in one pass.
+// F1 of a layer or norm_f: RMSNorm of in.add.x_out, formed from in.src in the same pass
+// where an addition is pending (input_proj's bias before layer 0's F1 or norm_f without
+// layers; the residual of layer in.layer's F6 before the next F1 or norm_f).
 template <class T>
 void Pipeline<T>::norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms) {
   const int64_t R = R_, dm = d_.dm;
   kern::rmsnorm_fwd_add<T>(in.src, in.add, g, R, dm, d_.eps, y, rms, stream());
   if (in.add.bias) fc_.check_rounded<T>("input_proj", -1, "H0", in.add.x_out, R * dm);
+  if (in.add.residual) fc_.check("F6 residual", in.layer, "residual_out", in.add.x_out, R * dm);
 }
 
-// One layer, F1–F6. The layer's input H = in.add.x_out [R, dm] f32 (formed by F1 from
-// in.src where input_proj's bias is still pending) -> H_next [R, dm] f32 (may alias H:
-// H is only read by F1 and by the final residual add), returned as the next norm's
-// input with nothing pending. conv_state [B, di, dc] and ssm_state [B, di, ds] are read
+// input_proj's bias and its rounding, pending on the GEMM result H0 (in place).
+template <class T>
+kern::RmsNormPreAdd<T> Pipeline<T>::input_proj_bias(float* H0) {
+  kern::RmsNormPreAdd<T> add;
+  add.bias = p(lay_.input_proj_b);
+  add.x_out = H0;
+  return add;
+}
+
+// One layer, F1–F5 and F6 pending. The layer's input H = in.add.x_out [R, dm] f32
+// (formed by F1 from in.src where an addition is pending). Returns F6, H_next = H +
+// f32(out_proj output) [R, dm] f32 (may alias H), as the addition pending for the next
+// norm, which writes H_next in its own pass; the out_proj output stays in the layer
+// scratch (o_dn) until then. conv_state [B, di, dc] and ssm_state [B, di, ds] are read
 // as the initial and written as the final state; with a.conv_s0 the incoming conv
 // state is first copied there for the backward.
 template <class T>
@@ -99,7 +113,7 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
 
   // F1 RMSNorm (after input_proj's pending bias, layer 0): f32 residual in, typed N out,
   // f32 rms saved
-  const float* H = in.add.x_out;
+  const float* H = in.add.x_out ? in.add.x_out : in.src;
   norm_with_pending(in, p(off.norm_w), a.post_norm, a.rms);
   fc_.check("F1 rmsnorm", l, "post_norm", a.post_norm, R * dm);
   // F2 in_proj: P [R, 2di] = N·W_in, saved; x half = xb, z half = the gate input
@@ -123,9 +137,7 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   gemm_.forward<T, T>(layer + "x_proj", sc.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
   fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
   // F4c dt_proj + bias + softplus
-  delta_forward(l, a.xdbl);
-  fc_.check("F4c dt_proj_softplus", l, "delta_raw", sc.s1, R * di);
-  fc_.check("F4c dt_proj_softplus", l, "delta", sc.s2, R * di);
+  delta_forward(l, a.xdbl, /*keep_raw=*/false);
   // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
   // state is carried in place (h0 = h_final)
   kern::scan::FwdParams<T> sp;
@@ -157,10 +169,11 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   gemm_.forward<T, T>(layer + "out_proj", sc.s1, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
                       dm);
   fc_.check("F5 out_proj", l, "out_proj_out", sc.o_dn, R * dm);
-  // F6 residual (f32 + typed -> f32)
-  kern::residual_add<T>(H, sc.o_dn, R * dm, H_next, s);
-  fc_.check("F6 residual", l, "residual_out", H_next, R * dm);
-  return PendingAdd{H_next, kern::RmsNormPreAdd<T>{nullptr, H_next}};
+  // F6 residual (f32 + typed -> f32), added by the next norm's pass
+  kern::RmsNormPreAdd<T> residual;
+  residual.residual = sc.o_dn;
+  residual.x_out = H_next;
+  return PendingAdd{H, residual, l};
 }
 
 template <class T>
@@ -176,7 +189,7 @@ void Pipeline<T>::forward() {
   // (the bias and its rounding are added by the first RMSNorm forward: layer 0's F1)
   gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), hs(0), dm, R, mid,
                           dm);
-  PendingAdd pend{hs(0), kern::RmsNormPreAdd<T>{p(lay_.input_proj_b), hs(0)}};
+  PendingAdd pend{hs(0), input_proj_bias(hs(0)), -1};
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, saved(l), pend, hs(l + 1), conv_state(l, conv_state_.get()),
                          ssm_state(l, ssm_state_.get()));
@@ -211,7 +224,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   }
   gemm_.forward<T, float>("target input_proj", xt, mid, w(lay_.input_proj_w), t.cur.get(), dm, R,
                           mid, dm);
-  PendingAdd pend{t.cur.get(), kern::RmsNormPreAdd<T>{p(lay_.input_proj_b), t.cur.get()}};
+  PendingAdd pend{t.cur.get(), input_proj_bias(t.cur.get()), -1};
   // nosave layers: no saved conv state or scan states; one layer's buffers reused
   const LayerActs<T> acts{t.rms.get(), t.post_norm.get(), t.proj.get(), nullptr,
                           t.xdbl.get(), nullptr,          t.y.get()};
@@ -229,11 +242,12 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template LayerActs<T> Pipeline<T>::saved(int);                                       \
   template LayerScratch<T> Pipeline<T>::scratch();                                     \
   template void Pipeline<T>::conv_forward(int, const T*, const float*, float*);        \
-  template void Pipeline<T>::delta_forward(int, const T*);                             \
+  template void Pipeline<T>::delta_forward(int, const T*, bool);                             \
   template typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(                \
       int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*);            \
   template void Pipeline<T>::norm_with_pending(const PendingAdd&, const float*, T*,    \
                                                float*);                                \
+  template kern::RmsNormPreAdd<T> Pipeline<T>::input_proj_bias(float*);                \
   template void Pipeline<T>::forward();                                                \
   template void Pipeline<T>::target_forward(const float*, float*);
 MC_INSTANTIATE_FORWARD(float)

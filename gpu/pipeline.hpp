@@ -24,10 +24,11 @@
 //   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3, s4, du
 //                [R, di] T and dP [R, 2di] T, whose storage also holds the f32 dt_proj
 //                accumulator [R, di] while Δraw is formed; o_dn [R, dm] T (out_proj
-//                output, then the in_proj input gradient dN). Lifetimes (F = forward,
+//                output, read by F6 inside the next norm's pass; then the in_proj input
+//                gradient dN). Lifetimes (F = forward,
 //                R = backward recompute, B1–B8 the backward steps):
 //                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
-//                  s1  F/R: Δraw -> F: gated  |  R: Δraw -> B4 (softplus_bwd)
+//                  s1  F: gated            |  R: Δraw -> B4 (softplus_bwd)
 //                  s2  F/R: Δ                 -> B3
 //                  s3  R: gated -> B1; B2: dY -> B3; B4: dΔraw
 //                  s4  B1: dG -> B2; B3: dΔ -> B4; B5: dU_x
@@ -141,18 +142,21 @@ class Pipeline final : public PipelineBase {
 
  private:
   // forward.cpp
-  // An addition left to the next RMSNorm forward: in.add.x_out = q(src + bias), input_proj's
-  // biased epilogue, formed in the norm's own pass (kern::rmsnorm_fwd_add); none when
-  // add.bias is null (then x_out = src is the norm's input).
+  // An addition left to the next RMSNorm forward (kern::rmsnorm_fwd_add), formed in the
+  // norm's own pass: input_proj's biased epilogue x_out = q(src + bias), or layer
+  // `layer`'s F6 residual x_out = src + f32(residual); none when both are null (then
+  // x_out = src is the norm's input). layer: the layer whose F6 is pending (-1: none).
   struct PendingAdd {
     const float* src;
     kern::RmsNormPreAdd<T> add;
+    int layer;
   };
+  kern::RmsNormPreAdd<T> input_proj_bias(float* H0);
   void norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms);
   PendingAdd layer_forward(int l, const LayerActs<T>& a, const PendingAdd& in, float* H_next,
                            float* conv_state, float* ssm_state);
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
-  void delta_forward(int l, const T* xdbl);                                      // -> s1, s2
+  void delta_forward(int l, const T* xdbl, bool keep_raw);  // -> s2 (and s1: Δraw)
   LayerActs<T> saved(int l);
   LayerScratch<T> scratch();
   // backward.cpp

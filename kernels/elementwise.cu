@@ -103,7 +103,7 @@ __global__ void softplus_bias_fwd_kernel(const float* __restrict__ acc,
       raw.e[j] = from_f32<T>(a.e[j] + bias[d + j]);
       dl.e[j] = from_f32<T>(dev::softplus(to_f32(raw.e[j])));
     }
-    store_pack<V>(delta_raw + i, raw);
+    if (delta_raw) store_pack<V>(delta_raw + i, raw);  // null: Δraw not kept (forward)
     store_pack<V>(delta + i, dl);
   }
 }
@@ -401,7 +401,6 @@ void softplus_bias_fwd(const float* acc, const float* bias, int64_t R, int64_t d
   require_rows_cols(k, R, "d_inner", di);
   require_ptr(k, "acc", acc);
   require_ptr(k, "bias", bias);
-  require_ptr(k, "delta_raw", delta_raw);
   require_ptr(k, "delta", delta);
   constexpr int V = pack_width<T>();
   if (packable(V, {di}, {acc, delta_raw, delta}))

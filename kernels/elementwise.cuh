@@ -26,7 +26,8 @@ template <class T>
 void concat_halves(const T* dxb, const T* dz, int64_t R, int64_t di, T* dP, cudaStream_t stream);
 
 // F4c. acc [R, di] f32 (the dt_proj GEMM result), bias [di] f32 ->
-//   delta_raw [R, di] T = q(acc + bias)   (bias added in f32, one rounding)
+//   delta_raw [R, di] T = q(acc + bias)   (bias added in f32, one rounding; null = not
+//                                          stored, the value is still formed and rounded)
 //   delta     [R, di] T = q(softplus(delta_raw as stored))   (x > 20 ? x : log1p(exp(x)))
 template <class T>
 void softplus_bias_fwd(const float* acc, const float* bias, int64_t R, int64_t di, T* delta_raw,

@@ -3,9 +3,12 @@
 #include "kernels/norm.cuh"
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/elementwise.cuh"
 #include "kernels/launch_args.hpp"
 #include "kernels/reduce.cuh"
 #include "kernels/typed.cuh"
+
+#include <string>
 
 namespace mc::kern {
 
@@ -68,26 +71,97 @@ __device__ __forceinline__ void store_vec(E* p, const NormVec<E, V>& v) {
   for (int64_t r = int64_t(blockIdx.x) * kNormRowsPerBlock + (threadIdx.x >> 5); r < (R); \
        r += int64_t(gridDim.x) * kNormRowsPerBlock)
 
-// What the forward adds to its input before normalising it (kPre): nothing, or
-// input_proj's bias with its rounding (bias_add_round). (F6's residual was tried the
-// same way and measured slower on the H200 than residual_add + rmsnorm_fwd: the second
-// pass re-reads the just-stored row from L2; docs/performance-notes.md.)
-enum class NormPre { None, BiasRound };
+// What the forward adds to its input before normalising it (kPre): nothing,
+// input_proj's bias with its rounding (bias_add_round), or F6's residual (residual_add:
+// x + f32(o), no rounding). Each is the value the separate pass would store.
+enum class NormPre { None, BiasRound, Residual };
 
-//   x [R, D] f32 (+ bias [D] f32 -> x_out [R, D] f32, may alias x), g [D]
-//   -> y [R, D] T, rms [R] f32
+// The forward's operands (norm.cuh, rmsnorm_fwd_add): x [R, D] f32, optional bias [D]
+// or residual [R, D] T and x_out [R, D] f32 (may alias x), g [D] -> y [R, D] T, rms [R].
+template <class T>
+struct NormFwdArgs {
+  const float* x;
+  const float* bias;
+  const T* residual;
+  float* x_out;
+  const float* g;
+  int64_t R, D;
+  float eps;
+  T* y;
+  float* rms;
+};
+
+// Element i of row r after the pre-add.
+template <class T, NormPre kPre>
+__device__ __forceinline__ float pre_added(const NormFwdArgs<T>& a, int64_t r, int64_t i) {
+  const float v = a.x[r * a.D + i];
+  if constexpr (kPre == NormPre::BiasRound) return dev::round_f32<T>(v + a.bias[i]);
+  if constexpr (kPre == NormPre::Residual) return v + dev::to_f32(a.residual[r * a.D + i]);
+  return v;
+}
+
+// rms = sqrt(Σ/D + eps) of a row's sum of squares; lane 0 stores it. Returns 1/rms.
+__device__ __forceinline__ float row_inverse_rms(float total, int64_t D, float eps, float* rms,
+                                                 int64_t r, int lane) {
+  const float rr = sqrtf(total / float(D) + eps);
+  if (lane == 0) rms[r] = rr;
+  return 1.0f / rr;
+}
+
+// Rows of D <= 32·KR: lane l holds elements l, l + 32, ... of its row in registers
+// (KR = rmsnorm_fwd_regs(D)), so the row is read once and x_out, y are written from
+// registers. The sum of squares runs over the lane's elements ascending, as in the
+// streaming kernel below, so both give the same bits.
+template <class T, NormPre kPre, int KR>
+__global__ void __launch_bounds__(32 * kNormRowsPerBlock)
+    rmsnorm_fwd_regs_kernel(NormFwdArgs<T> a) {
+  const int lane = int(threadIdx.x & 31);
+  const int64_t D = a.D;
+  MC_NORM_ROWS_LOOP(r, a.R) {
+    float v[KR];
+#pragma unroll
+    for (int k = 0; k < KR; ++k) {
+      const int64_t i = lane + 32 * k;
+      v[k] = i < D ? pre_added<T, kPre>(a, r, i) : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KR; ++k)
+      if (lane + 32 * k < D) {
+        if (kPre != NormPre::None) a.x_out[r * D + lane + 32 * k] = v[k];
+        ss += v[k] * v[k];
+      }
+    const float inv = row_inverse_rms(warp_row_sum(ss), D, a.eps, a.rms, r, lane);
+    T* yr = a.y + r * D;
+#pragma unroll
+    for (int k = 0; k < KR; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < D) yr[i] = dev::from_f32<T>((v[k] * inv) * a.g[i]);
+    }
+  }
+}
+
+// Elements per lane the register kernel is compiled for: the smallest of 8, 24, 32, 64
+// with 32·KR >= D; 0 above 2048 (the streaming kernel).
+inline int rmsnorm_fwd_regs(int64_t D) {
+  for (int kr : {8, 24, 32, 64})
+    if (D <= 32 * kr) return kr;
+  return 0;
+}
+
+// Any D (used above 2048, kPre None or BiasRound): two passes over the row, the second
+// reading back what the first stored (x_out) or x.
 // With the pre-add the value v = f32(q(x + bias)) is written to x_out and normalised:
 // the same v as a separate bias_add_round would store, then the same sums in the same
 // order, so the same bits as the two passes.
 template <class T, NormPre kPre>
 __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
-    rmsnorm_fwd_kernel(const float* x, const float* __restrict__ bias, float* x_out,
-                       const float* __restrict__ g, int64_t R, int64_t D, float eps,
-                       T* __restrict__ y, float* __restrict__ rms) {
+    rmsnorm_fwd_stream_kernel(NormFwdArgs<T> a) {
+  static_assert(kPre != NormPre::Residual, "the launcher adds the residual first");
   const int lane = int(threadIdx.x & 31);
-  MC_NORM_ROWS_LOOP(r, R) {
-    const float* xr = x + r * D;
-    float* xo = kPre == NormPre::None ? nullptr : x_out + r * D;
+  const int64_t D = a.D;
+  MC_NORM_ROWS_LOOP(r, a.R) {
+    float* xo = kPre == NormPre::None ? nullptr : a.x_out + r * D;
     float ss = 0.0f;
     // kU elements of the lane at a time, loaded before any is stored: x_out may alias x,
     // so a store would otherwise keep the compiler from issuing the next loads early.
@@ -98,11 +172,7 @@ __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t i = i0 + 32 * u;
-        v[u] = 0.0f;
-        if (i < D) {
-          v[u] = xr[i];
-          if (kPre == NormPre::BiasRound) v[u] = dev::round_f32<T>(v[u] + bias[i]);
-        }
+        v[u] = i < D ? pre_added<T, kPre>(a, r, i) : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
@@ -113,14 +183,11 @@ __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
         }
       }
     }
-    const float total = warp_row_sum(ss);
-    const float rr = sqrtf(total / float(D) + eps);
-    const float inv = 1.0f / rr;
-    if (lane == 0) rms[r] = rr;
-    const float* xn = kPre == NormPre::None ? xr : xo;  // this lane's own stores
-    T* yr = y + r * D;
+    const float inv = row_inverse_rms(warp_row_sum(ss), D, a.eps, a.rms, r, lane);
+    const float* xn = kPre == NormPre::None ? a.x + r * D : xo;  // this lane's own stores
+    T* yr = a.y + r * D;
 #pragma unroll 4
-    for (int64_t i = lane; i < D; i += 32) yr[i] = dev::from_f32<T>((xn[i] * inv) * g[i]);
+    for (int64_t i = lane; i < D; i += 32) yr[i] = dev::from_f32<T>((xn[i] * inv) * a.g[i]);
   }
 }
 
@@ -225,6 +292,28 @@ void check_norm_shape(const char* k, int64_t R, int64_t D) {
 
 }  // namespace
 
+template <class T, NormPre kPre>
+void launch_rmsnorm_fwd(const NormFwdArgs<T>& a, cudaStream_t stream) {
+  const unsigned grid = norm_grid(a.R);
+  constexpr unsigned block = 32 * kNormRowsPerBlock;
+  switch (rmsnorm_fwd_regs(a.D)) {
+    case 8: rmsnorm_fwd_regs_kernel<T, kPre, 8><<<grid, block, 0, stream>>>(a); break;
+    case 24: rmsnorm_fwd_regs_kernel<T, kPre, 24><<<grid, block, 0, stream>>>(a); break;
+    case 32: rmsnorm_fwd_regs_kernel<T, kPre, 32><<<grid, block, 0, stream>>>(a); break;
+    case 64: rmsnorm_fwd_regs_kernel<T, kPre, 64><<<grid, block, 0, stream>>>(a); break;
+    default:
+      if constexpr (kPre == NormPre::Residual) {  // x_out = x + f32(residual), then normalise it
+        residual_add<T>(a.x, a.residual, a.R * a.D, a.x_out, stream);
+        NormFwdArgs<T> b = a;
+        b.x = a.x_out;
+        rmsnorm_fwd_stream_kernel<T, NormPre::None><<<grid, block, 0, stream>>>(b);
+      } else {
+        rmsnorm_fwd_stream_kernel<T, kPre><<<grid, block, 0, stream>>>(a);
+      }
+  }
+  MC_LAUNCH_CHECK("rmsnorm_fwd_kernel");
+}
+
 template <class T>
 void rmsnorm_fwd_add(const float* x, const RmsNormPreAdd<T>& add, const float* g, int64_t R,
                      int64_t D, double eps, T* y, float* rms, cudaStream_t stream) {
@@ -235,17 +324,18 @@ void rmsnorm_fwd_add(const float* x, const RmsNormPreAdd<T>& add, const float* g
   require_ptr(k, "g", g);
   require_ptr(k, "y", y);
   require_ptr(k, "rms", rms);
-  if (add.bias && !add.x_out)
-    throw ConfigError("rmsnorm_fwd: x_out is null (required with a bias to add first)");
-  const unsigned grid = norm_grid(R);
-  constexpr unsigned block = 32 * kNormRowsPerBlock;
+  if (add.bias && add.residual)
+    throw ConfigError("rmsnorm_fwd: bias and residual are both set (at most one pre-add)");
+  if ((add.bias || add.residual) && !add.x_out)
+    throw ConfigError(std::string("rmsnorm_fwd: x_out is null (required with a ") +
+                      (add.bias ? "bias" : "residual") + " to add first)");
+  const NormFwdArgs<T> a{x, add.bias, add.residual, add.x_out, g, R, D, float(eps), y, rms};
   if (add.bias)
-    rmsnorm_fwd_kernel<T, NormPre::BiasRound><<<grid, block, 0, stream>>>(
-        x, add.bias, add.x_out, g, R, D, float(eps), y, rms);
+    launch_rmsnorm_fwd<T, NormPre::BiasRound>(a, stream);
+  else if (add.residual)
+    launch_rmsnorm_fwd<T, NormPre::Residual>(a, stream);
   else
-    rmsnorm_fwd_kernel<T, NormPre::None><<<grid, block, 0, stream>>>(x, nullptr, nullptr, g, R,
-                                                                     D, float(eps), y, rms);
-  MC_LAUNCH_CHECK("rmsnorm_fwd_kernel");
+    launch_rmsnorm_fwd<T, NormPre::None>(a, stream);
 }
 
 template <class T>

@@ -26,14 +26,17 @@ template <class T>
 void rmsnorm_fwd(const float* x, const float* g, int64_t R, int64_t D, double eps, T* y,
                  float* rms, cudaStream_t stream);
 
-// What rmsnorm_fwd_add adds to its input before normalising it (none when bias is null;
-// x_out is required with a bias and may alias x):
-//   bias [D] f32        x_out = f32(q(x + bias))          (input_proj's biased epilogue)
-// x_out is then normalised: the same bits as bias_add_round followed by rmsnorm_fwd on
-// x_out, in one pass.
+// What rmsnorm_fwd_add adds to its input before normalising it (at most one of bias and
+// residual; x_out is required with either and may alias x):
+//   bias [D] f32          x_out = f32(q(x + bias))      (input_proj's biased epilogue)
+//   residual [R, D] T     x_out = x + f32(residual)     (F6: the layer's residual add)
+// x_out is then normalised: the same bits as bias_add_round or residual_add followed by
+// rmsnorm_fwd on x_out, in one pass (rows of up to 2048 elements are held in registers,
+// so each is read once; longer rows run the separate passes).
 template <class T>
 struct RmsNormPreAdd {
   const float* bias = nullptr;
+  const T* residual = nullptr;
   float* x_out = nullptr;
 };
 template <class T>

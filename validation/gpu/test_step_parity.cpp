@@ -45,8 +45,9 @@ struct RowsDim { int64_t R, D; };
 // Every reduced tensor has >= 16 elements (rms: R, dg: D), except the 1x1 edge
 // case whose results are single roundings: the k-rule compares maxima of
 // |error|, which is unreliable over a handful of elements (check/model_check.hpp).
-const RowsDim kNormShapes[] = {{1, 1},     {19, 17},   {33, 48},  {40, 24},
-                               {130, 769}, {17, 1100}, {2500, 16}};
+// D picks the forward's kernel: rows held in registers up to 2048, streamed above.
+const RowsDim kNormShapes[] = {{1, 1},     {19, 17},   {33, 48},  {40, 24},   {130, 769},
+                               {17, 1100}, {2500, 16}, {9, 2048}, {5, 2111}};
 constexpr double kEps = 1e-5;
 
 // The float forward's saved rms [R] of the testbed inputs x [R, D], g [D] (what the
@@ -105,6 +106,46 @@ TYPED_TEST(StepParity, RmsNormForwardAfterBiasRound) {
                                     cudaMemcpyDeviceToDevice, d.s), "copy H0");
       kern::rmsnorm_fwd<TypeParam>(tmp, d[g], R, D, kEps, d[y], d[rms], d.s);
     }, {h0, y, rms});
+  }
+}
+
+// F6's residual + the next F1 in one pass: H_next = H + f32(o) written out, then
+// normalised; the same bits as residual_add followed by rmsnorm_fwd (above D = 2048 the
+// launcher runs exactly those two).
+TYPED_TEST(StepParity, RmsNormForwardAfterResidual) {
+  for (const RowsDim sh : kNormShapes) {
+    const int64_t R = sh.R, D = sh.D;
+    auto tb = this->bed(shape_tag({{"R", R}, {"D", D}}));
+    const auto x = tb.in("H", uniform(R * D, 36 + R, -2.0, 2.0));
+    const auto o = tb.in_typed("out_proj_out", uniform(R * D, 37 + R, -1.0, 1.0));
+    const auto g = tb.in("g", uniform(D, 38 + D, 0.5, 1.5));
+    const auto h1 = tb.out("rmsnorm_fwd.H_next", R * D);
+    const auto y = tb.out_typed("rmsnorm_fwd.y", R * D);
+    const auto rms = tb.out("rmsnorm_fwd.rms", R);
+    float* tmp = tb.scratch(size_t(R * D));
+    tb.run([&](auto& h) {
+      for (int64_t i = 0; i < R * D; ++i) h[h1][i] = h[x][i] + h[o][i];
+      ref::rmsnorm_fwd(h[h1], h[g], R, D, kEps, h[y], h[rms]);
+    }, [&](auto& d) {
+      kern::RmsNormPreAdd<TypeParam> add;
+      add.residual = d[o];
+      add.x_out = d[h1];
+      kern::rmsnorm_fwd_add<TypeParam>(d[x], add, d[g], R, D, kEps, d[y], d[rms], d.s);
+    });
+    tb.rerun("residual_add, then rmsnorm_fwd (unfused)", [&](auto& d) {
+      kern::residual_add<TypeParam>(d[x], d[o], R * D, tmp, d.s);
+      MC_CUDA_CHECK(cudaMemcpyAsync(d[h1], tmp, size_t(R * D) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, d.s), "copy H_next");
+      kern::rmsnorm_fwd<TypeParam>(tmp, d[g], R, D, kEps, d[y], d[rms], d.s);
+    }, {h1, y, rms});
+    tb.rerun("in place: x_out aliases x", [&](auto& d) {
+      MC_CUDA_CHECK(cudaMemcpyAsync(d[h1], d[x], size_t(R * D) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, d.s), "copy H");
+      kern::RmsNormPreAdd<TypeParam> add;
+      add.residual = d[o];
+      add.x_out = d[h1];
+      kern::rmsnorm_fwd_add<TypeParam>(d[h1], add, d[g], R, D, kEps, d[y], d[rms], d.s);
+    }, {h1, y, rms});
   }
 }
 
@@ -467,6 +508,10 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
     }, [&](auto& d) {
       kern::softplus_bias_fwd<TypeParam>(d[acc], d[bias], R, di, d[raw], d[delta], d.s);
     });
+    // the training forward does not keep delta_raw (only the backward's recompute reads it)
+    tb.rerun("delta_raw not stored", [&](auto& d) {
+      kern::softplus_bias_fwd<TypeParam>(d[acc], d[bias], R, di, nullptr, d[delta], d.s);
+    }, {delta});
     auto tb2 = this->bed(tb.label());  // backward on the stored delta_raw (== K's, checked above)
     const auto x = tb2.in_typed("delta_raw", tb.P(raw));
     const auto dd = tb2.in_typed("d_delta", uniform(n, 83 + R, -1.0, 1.0));
