@@ -225,6 +225,7 @@ struct StepBench {
   BenchFlags flags;
   BenchDevice dev;
   int reps = 10;
+  size_t scan_partial_budget = 0;  // --scan-partial-budget (0 = the scan's default)
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -272,6 +273,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     opt.gemm = c.gemm;
     opt.typed_gemm = c.typed;
     opt.device = g.flags.device;
+    opt.scan_partial_budget = g.scan_partial_budget;
     size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
@@ -501,17 +503,23 @@ int main_impl(int argc, char** argv) {
               "  --typed-gemm=tensor-core|strict\n"
               "                     bf16 GEMM tier (default tensor-core)\n"
               "  --reps=N           eager, graph and phase-timed steps per row (default 10, "
-              "--quick 3)\n" +
+              "--quick 3)\n"
+              "  --scan-partial-budget=BYTES\n"
+              "                     most bytes of the scan backward's dB/dC partials (more\n"
+              "                     segments, the same bits; default 0 = the scan's 1 GiB)\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
-  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps"});
+  g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
+                                                                  "scan-partial-budget"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
   const gpu::TypedGemm typed = gpu::parse_typed_gemm(
       g.flags.get_string("typed-gemm", "tensor-core", {"tensor-core", "strict"}));
   g.reps = int(g.flags.get_int("reps", g.flags.quick ? 3 : 10, 1, 1000));
+  g.scan_partial_budget =
+      size_t(g.flags.get_int("scan-partial-budget", 0, 0, (long long)(1) << 40));
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -563,6 +571,9 @@ int main_impl(int argc, char** argv) {
                              "nothing); mem_used_bytes = cudaMemGetInfo free-memory drop across "
                              "construction + one step; graph_mem_bytes = the drop across "
                              "capture_step; peak_vs_peer = peak GiB / peer peak GiB");
+  AddCustomContext("scan_partial_budget",
+                   g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
+                                         : std::string("0 (the scan's default, 1 GiB)"));
   AddCustomContext("peer", "state-spaces/mamba fast path on an H200 (Mamba block, mamba_inner_fn, "
                            "causal_conv1d, RMSNorm + residual around the mixer, PyTorch 2.11, "
                            "TF32 off), B 8, the step replayed as one CUDA graph (the peer's "

@@ -53,12 +53,14 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   T* draw = sc.s1;        // recomputed Δraw: -> B4
   T* delta = sc.s2;       // recomputed Δ: -> B3
   T* gated = sc.s3;       // recomputed gated output: -> B1
-  T* dY = sc.s3;          // B2 -> B3
-  T* d_draw = sc.s3;      // B4
   T* dG = sc.s4;          // B1 -> B2
-  T* d_delta = sc.s4;     // B3 -> B4
-  T* dU_x = sc.s4;        // B5
-  T* dU = sc.du;          // B3 -> B6
+  T* dY = sc.s3;          // B2 -> B3
+  T* dU = sc.s4;          // B3 -> B6
+  // B3 -> B4: written over Δ by the checkpointed scan (scan.hpp allows it there); the
+  // cross-check routes need a buffer of their own
+  T* d_delta = route_ == ScanRoute::Checkpointed ? sc.s2 : sc.du;
+  T* d_draw = sc.s3;      // B4
+  T* dU_x = sc.s2;        // B5
   T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2, dxb from B6, read by B7
   T* dN = sc.o_dn;        // B7 -> B8
   T* dxdbl = dxdbl_.get();

@@ -3,6 +3,8 @@
 #include "gpu/device_buffer.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace mc::gpu {
@@ -65,6 +67,12 @@ size_t BufferPlan::allocate_all(const std::string& what) {
     throw DeviceOutOfMemory(os.str(), total);
   }
   cudaGetLastError();
+  if (const char* v = std::getenv("MAMBACHECK_MEMORY_PLAN"); v && *v && *v != '0') {
+    std::fprintf(stderr, "[memory plan] %s: %zu bytes in %zu buffers\n", what.c_str(), total,
+                 entries_.size());
+    for (const auto& e : entries_)
+      std::fprintf(stderr, "[memory plan]   %-34s %14zu\n", e.name.c_str(), e.bytes);
+  }
   for (auto& e : entries_) e.alloc();
   entries_.clear();
   return total;

@@ -113,7 +113,9 @@ void DeviceBuffer<T>::check_count(size_t n, const char* what) const {
 
 // Two-phase allocation: add() records (buffer, count, name); allocate_all()
 // checks the total against the free device memory (a clear error naming the
-// total and the largest tensors when it cannot fit), then allocates each.
+// total and the largest tensors when it cannot fit), then allocates each. With
+// MAMBACHECK_MEMORY_PLAN=1 in the environment it first lists every buffer and its
+// bytes on stderr (where a model's memory goes).
 class BufferPlan {
  public:
   template <class T>

@@ -87,9 +87,11 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(y_, n_of(L * R * di), "scan_y");
   // layer scratch (lifetimes in pipeline.hpp)
   for (auto [buf, name] :
-       {std::pair{&u_, "u"}, {&s1_, "delta_raw|gated"}, {&s2_, "delta"},
-        {&s3_, "gated|d_y|d_delta_raw"}, {&s4_, "d_gated|d_delta|d_u_xproj"}, {&du_, "d_u"}})
+       {std::pair{&u_, "u"}, {&s1_, "gated|delta_raw"}, {&s2_, "delta|d_delta|d_u_xproj"},
+        {&s3_, "gated|d_y|d_delta_raw"}, {&s4_, "d_gated|d_u"}})
     plan.add(*buf, n_of(R * di), name);
+  // the cross-check routes cannot write dΔ over Δ
+  if (route_ != ScanRoute::Checkpointed) plan.add(du_, n_of(R * di), "d_delta");
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
   plan.add(o_dn_, n_of(R * dm), "out_proj_out|d_post_norm");

@@ -21,18 +21,18 @@
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
 //                y [L, R, di] T (scan output before gating)
-//   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3, s4, du
-//                [R, di] T and dP [R, 2di] T, whose storage also holds the f32 dt_proj
-//                accumulator [R, di] while Δraw is formed; o_dn [R, dm] T (out_proj
-//                output, read by F6 inside the next norm's pass; then the in_proj input
-//                gradient dN). Lifetimes (F = forward,
-//                R = backward recompute, B1–B8 the backward steps):
+//   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3, s4
+//                [R, di] T (and du [R, di] T on the cross-check scan routes only) and
+//                dP [R, 2di] T, whose storage also holds the f32 dt_proj accumulator
+//                [R, di] while Δraw is formed; o_dn [R, dm] T (out_proj output, read by
+//                F6 inside the next norm's pass; then the in_proj input gradient dN).
+//                Lifetimes (F = forward, R = backward recompute, B1–B8 the backward steps):
 //                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
 //                  s1  F: gated            |  R: Δraw -> B4 (softplus_bwd)
-//                  s2  F/R: Δ                 -> B3
+//                  s2  F/R: Δ -> B3; B3: dΔ written over Δ by the checkpointed scan
+//                      (du instead on the cross-check routes) -> B4; B5: dU_x
 //                  s3  R: gated -> B1; B2: dY -> B3; B4: dΔraw
-//                  s4  B1: dG -> B2; B3: dΔ -> B4; B5: dU_x
-//                  du  B3: dU (scan) -> B5: dU (total) -> B6
+//                  s4  B1: dG -> B2; B3: dU (scan) -> B5: dU (total) -> B6
 //                  dP  F/R: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC

@@ -310,6 +310,15 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
       (typed_bc && !(p.dB_typed.p && p.dC_typed.p)))
     throw ConfigError(std::string(fn) +
                       ": give exactly one of the pairs (dB, dC) or (dB_typed, dC_typed)");
+  // d_delta over delta: the checkpointed route only, over the same rows
+  if (static_cast<const void*>(p.d_delta.p) == static_cast<const void*>(p.delta.p)) {
+    if (p.route != Route::Checkpointed)
+      throw ConfigError(std::string(fn) + ": d_delta aliases delta, which route " +
+                        scan::to_string(p.route) + " does not support (use route checkpointed)");
+    if (effective_ld(fn, "d_delta", p.d_delta.ld, p.shape.di) !=
+        effective_ld(fn, "delta", p.delta.ld, p.shape.di))
+      throw ConfigError(std::string(fn) + ": d_delta aliases delta with a different row stride");
+  }
   const size_t need = bwd_workspace_bytes(p.shape, p.route, p.partial_budget);
   if (p.workspace_bytes < need)
     fail(fn, "workspace_bytes", int64_t(p.workspace_bytes), ">=", int64_t(need),

@@ -116,7 +116,10 @@ struct BwdParams {
   Rows<const T> dy;                   // [B*T, di]: ∂L/∂(forward output)
   const float* dh_final = nullptr;    // [B, di, ds] or null (= 0)
   // outputs ("=" unless marked +=)
-  Rows<T> d_delta;                    // [B*T, di]: dΔ, or dΔraw with delta_bias
+  Rows<T> d_delta;                    // [B*T, di]: dΔ, or dΔraw with delta_bias; on the
+                                      // Checkpointed route it may be delta itself (same
+                                      // rows and ld: a chunk's δ is staged before its dδ
+                                      // is stored, and no other block reads them)
   Rows<T> du;                         // [B*T, di]
   Rows<T> dz;                         // [B*T, di], required iff z is set
   // dB, dC: [B*T, ds], reduced in f32; give either the f32 or the typed views

@@ -553,6 +553,30 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       scan::backward<T>(b2, kStream);
       expect_same_backward(sl, true);
     }
+    // d_delta written over delta (scan.hpp: the checkpointed route allows it; the training
+    // step's backward does it), in one launch and in segments of one chunk: the same bytes.
+    for (size_t budget : {size_t(0), size_t(1)}) {
+      const std::string il = label + " with d_delta over delta" + (budget ? " in segments" : "");
+      const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget);
+      DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
+      fill_nan(ws3);
+      for (auto* t : {&du, &dz}) fill_nan(*t);
+      fill_nan(dB);
+      fill_nan(dC);
+      fill_nan(dh0);
+      MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
+                                    cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
+      dD.upload(in.dD0.data(), in.dD0.size(), kStream);
+      dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+      scan::BwdParams<T> b3 = b;
+      b3.delta = {d_delta.get(), 0};
+      b3.workspace = ws3.get();
+      b3.workspace_bytes = ws_n;
+      b3.partial_budget = budget;
+      b3.dh0 = dh0.get();
+      scan::backward<T>(b3, kStream);
+      expect_same_backward(il, true);
+    }
   }
   MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + label);
   return o;
@@ -1149,6 +1173,37 @@ TEST(ScanRefusal, ShortWorkspaceNamed) {
     ADD_FAILURE() << "short workspace accepted";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "workspace_bytes = 64")) << e.what();
+  }
+}
+
+// d_delta may be delta itself on the checkpointed route only, and only over the same rows.
+TEST(ScanRefusal, DeltaGradientOverDeltaNamed) {
+  float x = 0;
+  scan::BwdParams<float> b;
+  b.shape = {1, 8, 4, 16};
+  b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
+  b.a_neg = b.saved = b.D = b.dD = &x;
+  b.d_delta = b.du = {&x, 0};
+  b.dA_log = &x;
+  b.dB = b.dC = {&x, 0};
+  for (Route r : {Route::Chunked, Route::Sequential}) {
+    b.route = r;
+    try {
+      scan::backward<float>(b, nullptr);
+      ADD_FAILURE() << "d_delta over delta accepted on " << scan::to_string(r);
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), "d_delta aliases delta") &&
+                  contains(e.what(), scan::to_string(r)))
+          << e.what();
+    }
+  }
+  b.route = Route::Checkpointed;
+  b.d_delta.ld = 5;
+  try {
+    scan::backward<float>(b, nullptr);
+    ADD_FAILURE() << "d_delta over delta with another row stride accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "different row stride")) << e.what();
   }
 }
 
