@@ -182,9 +182,8 @@ void Pipeline<T>::forward() {
   const int64_t R = R_, dm = d_.dm, mid = d_.mid;
   cudaStream_t s = stream();
   check_external_inputs_forward();
-  // input: f32 X -> typed copy (saved for the input_proj weight gradient)
-  if constexpr (!std::is_same<T, float>::value)
-    kern::cast_from_f32<T>(x_.get(), R * mid, x_typed_.get(), s);
+  // input: the typed copy of X, cast at upload (upload_input), saved for the input_proj
+  // weight gradient
   // H0 = f32(q(X·W_ip + b_ip)): GEMM into the f32 residual, bias in f32, one rounding
   // (the bias and its rounding are added by the first RMSNorm forward: layer 0's F1)
   gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), hs(0), dm, R, mid,

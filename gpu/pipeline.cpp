@@ -67,7 +67,9 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
     plan.add(d_ssm0_, n_of(L * B * di * ds), "d_ssm0");
   }
   // input / output
-  plan.add(x_, n_of(R * mid), "input");
+  // The typed path keeps only the typed copy of X: upload_input stages the f32 rows in the
+  // dP scratch (free between calls) where they fit, else in a buffer of their own.
+  if (!typed || !x_staged_in_scratch()) plan.add(x_, n_of(R * mid), "input");
   plan.add(d_out_, n_of(R * dm), "d_out");
   if (typed) {
     plan.add(x_typed_, n_of(R * mid), "input_typed");
@@ -174,9 +176,29 @@ void Pipeline<T>::set_final_state_grads(const float* d_conv, const float* d_ssm)
   have_final_grads_ = true;
 }
 
+// Typed path: X lands in f32 staging (the dP scratch, or x_ where it does not fit), is
+// checked there when the finite check is on, and is cast to the typed copy at once; the
+// forward reads only the copy. f32 path: X itself is the input.
+template <class T>
+bool Pipeline<T>::x_staged_in_scratch() const {
+  return !std::is_same<T, float>::value &&
+         size_t(R_ * d_.mid) * sizeof(float) <= size_t(R_ * 2 * d_.di) * sizeof(T);
+}
+
 template <class T>
 void Pipeline<T>::upload_input(const float* X) {
-  x_.upload(X, x_.size(), stream());
+  if constexpr (std::is_same<T, float>::value) {
+    x_.upload(X, x_.size(), stream());
+  } else {
+    const int64_t n = R_ * d_.mid;
+    float* staging = x_staged_in_scratch() ? reinterpret_cast<float*>(dP_.get()) : x_.get();
+    MC_CUDA_CHECK(cudaMemcpyAsync(staging, X, size_t(n) * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream()),
+                  "upload input");
+    fc_.check("input", -1, "X", staging, n);
+    kern::cast_from_f32<T>(staging, n, x_typed_.get(), stream());  // RN, saved for the backward
+    MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "upload input");
+  }
 }
 
 template <class T>
@@ -243,7 +265,7 @@ template <class T>
 void Pipeline<T>::check_external_inputs_forward() {
   if (!fc_.enabled()) return;
   fc_.check("input", -1, "params", params_.get(), lay_.total);
-  fc_.check("input", -1, "X", x_.get(), R_ * d_.mid);
+  if (std::is_same<T, float>::value) fc_.check("input", -1, "X", x_.get(), R_ * d_.mid);
   fc_.check("input", -1, "conv_state", conv_state_.get(), int64_t(conv_state_.size()));
   fc_.check("input", -1, "ssm_state", ssm_state_.get(), int64_t(ssm_state_.size()));
 }

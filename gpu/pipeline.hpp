@@ -38,6 +38,9 @@
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
 //                assembled into it); reduction and scan scratch
+//   input        X [R, mid] f32 (f32 path); typed path: x_typed [R, mid] T only, cast by
+//                upload_input from f32 rows staged in dP (or in an X buffer of their own
+//                when R·mid f32 does not fit in dP); d_out [R, dm] f32
 //   output       out [R, dm] f32 (f32 path: the norm_f output; typed path: allocated
 //                on the first download_output), out_typed [R, dm] T
 //   target       allocated on first use: its own input, residual, state, post_norm,
@@ -171,6 +174,7 @@ class Pipeline final : public PipelineBase {
   const T* w(int64_t off) const;           // typed compute copy of a GEMM weight
   const float* a_neg(int l) const { return a_neg_.get() + int64_t(l) * d_.di * d_.ds; }
   const T* x_typed() const;                // the (typed) input of input_proj
+  bool x_staged_in_scratch() const;        // typed path: X's f32 upload goes through dP
   T* out_typed();                          // norm_f output
   const T* typed_copy_of_dH();             // B0: q(dH) (the f32 dH itself for float)
   T* typed_dH_out();                       // where an RMSNorm backward writes q(dH) (or null)
