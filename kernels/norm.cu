@@ -9,6 +9,7 @@
 #include "kernels/typed.cuh"
 
 #include <string>
+#include <type_traits>
 
 namespace mc::kern {
 
@@ -216,7 +217,7 @@ __host__ __device__ inline int64_t norm_bwd_groups(int64_t R) {
 // dxq [R, D] Q (nullptr = not written): the RN copy of the final dx, as a separate
 // cast_from_f32 of dx would write it (the typed dH the next GEMMs read, B0).
 template <class T, class Q, bool kAccumulate, int V>
-__global__ void __launch_bounds__(32 * kNormBwdWarps)
+__global__ void __launch_bounds__(32 * kNormBwdWarps, 2)  // 2 blocks per SM: <= 64 registers
     rmsnorm_bwd_kernel(const T* __restrict__ dy, const float* __restrict__ x,
                        const float* __restrict__ g, const float* __restrict__ rms, int64_t R,
                        int64_t D, float* __restrict__ dx, Q* __restrict__ dxq,
@@ -233,9 +234,24 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
       const float inv = 1.0f / rms[r];
       const T* dyr = dy + r * D;
       const float* xr = x + r * D;
+      // kU of the lane's elements loaded at a time, then added in ascending order (the
+      // same sum as one element at a time: fewer round trips, the same bits)
+      constexpr int kU = 8;
       float dot = 0.0f;
-#pragma unroll 4
-      for (int64_t c = lane; c < D; c += 32) dot += dev::to_f32(dyr[c]) * (xr[c] * inv) * g[c];
+      for (int64_t c0 = lane; c0 < D; c0 += 32 * kU) {
+        float dv[kU], xv[kU], gv[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int64_t c = c0 + 32 * u;
+          const bool in = c < D;
+          dv[u] = in ? dev::to_f32(dyr[c]) : 0.0f;
+          xv[u] = in ? xr[c] : 0.0f;
+          gv[u] = in ? g[c] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (c0 + 32 * u < D) dot += dv[u] * (xv[u] * inv) * gv[u];
+      }
       const float m = warp_row_sum(dot) / float(D);
       if (lane == 0) {
         row_inv[i] = inv;
@@ -243,8 +259,8 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
       }
     }
     __syncthreads();
-    // V consecutive columns per thread (V = 4 where D and the pointers allow it): the
-    // same per-column arithmetic and row order for every V (not compared bitwise by a test).
+    // V consecutive columns per thread (V = rmsnorm_bwd_width: 4 or 2 where D and the
+    // pointers allow it): the same per-column arithmetic and row order for every V.
     for (int64_t c = int64_t(threadIdx.x) * V; c < D; c += int64_t(blockDim.x) * V) {
       const NormVec<float, V> gc = load_vec<V>(g + c);
       float part[V];  // Σ_i dy·x̂ over the group's rows, i ascending
@@ -254,7 +270,8 @@ __global__ void __launch_bounds__(32 * kNormBwdWarps)
       const float* xc = x + r0 * D + c;
       float* dxc = dx + r0 * D + c;
       Q* dxqc = dxq ? dxq + r0 * D + c : nullptr;
-#pragma unroll 4
+      constexpr int kRowUnroll = V == 4 ? 4 : 8;  // 8 rows' loads in flight at V <= 2
+#pragma unroll kRowUnroll
       for (int i = 0; i < rows; ++i, dyc += D, xc += D, dxc += D) {
         const NormVec<T, V> dv = load_vec<V>(dyc);
         const NormVec<float, V> xv = load_vec<V>(xc);
@@ -364,14 +381,23 @@ void rmsnorm_bwd_impl(const T* dy, const float* x, const float* g, const float* 
   require_ptr(k, "scratch", scratch);
   const int64_t P = norm_bwd_groups(R);
   float* partials = scratch;  // [P, D]
-  // 4 columns per thread in phase 2 where every row starts 16-byte aligned
-  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  const bool vec = D % 4 == 0 && aligned16(dy) && aligned16(x) && aligned16(dx) &&
-                   aligned16(g) && (!dxq || aligned16(dxq));
-  auto* kern = accumulate ? (vec ? &rmsnorm_bwd_kernel<T, Q, true, 4>
-                                 : &rmsnorm_bwd_kernel<T, Q, true, 1>)
-                          : (vec ? &rmsnorm_bwd_kernel<T, Q, false, 4>
-                                 : &rmsnorm_bwd_kernel<T, Q, false, 1>);
+  // Columns per thread in phase 2: 4 where D needs them to fit the block in one pass, else
+  // 2 (twice the threads walking rows: more loads in flight), where every row start is
+  // aligned to the width's bytes; else 1.
+  const auto aligned = [](const void* q, size_t b) { return reinterpret_cast<uintptr_t>(q) % b == 0; };
+  const auto rows_aligned = [&](int v) {
+    const size_t b = size_t(v) * sizeof(float);
+    return D % v == 0 && aligned(dy, size_t(v) * sizeof(T)) && aligned(x, b) && aligned(dx, b) &&
+           aligned(g, b) && (!dxq || aligned(dxq, size_t(v) * sizeof(Q)));
+  };
+  const int64_t threads = 32 * kNormBwdWarps;
+  const int V = D > 2 * threads && rows_aligned(4) ? 4 : rows_aligned(2) ? 2 : 1;
+  auto pick = [&](auto acc_tag) {
+    constexpr bool kAcc = decltype(acc_tag)::value;
+    return V == 4 ? &rmsnorm_bwd_kernel<T, Q, kAcc, 4>
+                  : V == 2 ? &rmsnorm_bwd_kernel<T, Q, kAcc, 2> : &rmsnorm_bwd_kernel<T, Q, kAcc, 1>;
+  };
+  auto* kern = accumulate ? pick(std::true_type{}) : pick(std::false_type{});
   const unsigned grid = unsigned(P < kMaxNormGrid ? P : kMaxNormGrid);
   kern<<<grid, 32 * kNormBwdWarps, 0, stream>>>(dy, x, g, rms, R, D, dx, dxq, partials);
   MC_LAUNCH_CHECK("rmsnorm_bwd_kernel");
