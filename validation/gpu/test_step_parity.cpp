@@ -371,11 +371,51 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
   }
 }
 
+// The windows [B, T, di, dc] f32 and pc [B, T, di] (rounded to q) of xb [B, T, di] and
+// S0 [B, di, dc] as the device forms them when it rebuilds them: pc an FMA chain (bias,
+// then tap k = 0..dc−1) rounded to the storage type.
+struct ConvSavedHost {
+  std::vector<float> windows, pc;
+};
+ConvSavedHost conv_saved_of(mc::DType q, const std::vector<float>& xb,
+                            const std::vector<float>& s0, const std::vector<float>& w,
+                            const std::vector<float>& bias, int64_t B, int64_t T, int64_t di,
+                            int64_t dc) {
+  ConvSavedHost sv{std::vector<float>(size_t(B * T * di * dc)),
+                   std::vector<float>(size_t(B * T * di))};
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < di; ++d) {
+        const int64_t row = bb * T + t;
+        float acc = bias[size_t(d)];
+        for (int64_t k = 0; k < dc; ++k) {
+          const int64_t src = t - (dc - 1) + k;
+          const float tap = src >= 0 ? xb[size_t((bb * T + src) * di + d)]
+                                     : s0[size_t((bb * di + d) * dc + t + k + 1)];
+          sv.windows[size_t((row * di + d) * dc + k)] = tap;
+          acc = std::fma(tap, w[size_t(d * dc + k)], acc);
+        }
+        sv.pc[size_t(row * di + d)] = mc::round_to(q, acc);
+      }
+  return sv;
+}
+
+// rows [B*T, di] -> the first di columns of rows [B*T, 2·di], the others `fill` (the
+// training step's [x | z] layout, read or written through the row stride 2·di).
+std::vector<float> in_x_half(const std::vector<float>& v, int64_t rows, int64_t di, float fill) {
+  std::vector<float> out(size_t(2 * rows * di), fill);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < di; ++c) out[size_t(r * 2 * di + c)] = v[size_t(r * di + c)];
+  return out;
+}
+
 // The training step's conv backward: no saved windows or pc — both rebuilt from xb (read in
 // place, row stride 2·di) and the incoming state S0; dxb written through the same stride.
 // The device forms pc as an FMA chain (bias, then tap k = 0..dc−1) rounded to T; the saved
 // inputs the oracle (and the saving variant) read are built the same way on the host, so the
-// saving variant must give the same bits.
+// saving variant must give the same bits. With the final state's upstream gradient
+// d_state_T (chained segments), so every part of the kernel's step loop runs: the last dc
+// steps that add it, the main run and the steps whose next window reaches into S0.
 TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
   constexpr mc::DType kQ = mc::testing::StorageType<TypeParam>::dtype;
   for (const ConvShape sh : conv_shapes()) {
@@ -384,31 +424,15 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
     const auto xb = tb.quantised(uniform(n, 171 + T, -2.0, 2.0));
     const auto w_v = uniform(di * dc, 172 + dc, -1.0, 1.0), b_v = uniform(di, 173 + di, -0.5, 0.5);
     const auto s0_v = uniform(B * di * dc, 174 + B, -1.0, 1.0);
-    std::vector<float> win_v(size_t(n * dc)), pc_v(static_cast<size_t>(n));
-    for (int64_t bb = 0; bb < B; ++bb)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < di; ++d) {
-          const int64_t row = bb * T + t;
-          float acc = b_v[size_t(d)];
-          for (int64_t k = 0; k < dc; ++k) {
-            const int64_t src = t - (dc - 1) + k;
-            const float tap = src >= 0 ? xb[size_t((bb * T + src) * di + d)]
-                                       : s0_v[size_t((bb * di + d) * dc + t + k + 1)];
-            win_v[size_t((row * di + d) * dc + k)] = tap;
-            acc = std::fma(tap, w_v[size_t(d * dc + k)], acc);
-          }
-          pc_v[size_t(row * di + d)] = mc::round_to(kQ, acc);
-        }
-    std::vector<float> xs_v(size_t(2 * n), -3.0f);
-    for (int64_t r = 0; r < B * T; ++r)
-      for (int64_t c = 0; c < di; ++c) xs_v[size_t(r * 2 * di + c)] = xb[size_t(r * di + c)];
-    const auto xs = tb.in_typed("xb_strided", xs_v);
+    const ConvSavedHost saved = conv_saved_of(kQ, xb, s0_v, w_v, b_v, B, T, di, dc);
+    const auto xs = tb.in_typed("xb_strided", in_x_half(xb, B * T, di, -3.0f));
     const auto s0 = tb.in("s0", s0_v);
     const auto bias = tb.in("bias", b_v);
     const auto w = tb.in("w", w_v);
-    const auto pc = tb.in_typed("pc", pc_v);
-    const auto win = tb.in("windows", win_v);
+    const auto pc = tb.in_typed("pc", saved.pc);
+    const auto win = tb.in("windows", saved.windows);
     const auto du = tb.in_typed("du", uniform(n, 175 + T, -1.0, 1.0));
+    const auto dsT = tb.in("d_state_T", uniform(B * di * dc, 179 + B, -1.0, 1.0));
     // dxb lands in the x half of [dxb | other] rows; the other half keeps its values
     const auto dxs = tb.inout_typed("conv_bwd_rebuild.dxb_strided",
                                     uniform(2 * n, 176 + T, -1.0, 1.0));
@@ -435,14 +459,15 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
       cp.dw = d[dw];
       cp.dbias = d[db];
       cp.d_state0 = d[ds0];
+      cp.d_state_T = d[dsT];
       cp.scratch = scratch;
       kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
     };
     tb.run([&](auto& h) {
       using S = std::remove_pointer_t<decltype(h[dw])>;
       std::vector<S> dxb(static_cast<size_t>(n));
-      ref::conv1d_silu_bwd(h[du], h[pc], h[win], h[w], B, T, di, dc, dxb.data(), h[dw], h[db],
-                           h[ds0]);
+      ref::conv1d_silu_bwd_chained(h[du], h[pc], h[win], h[w], h[dsT], B, T, di, dc, dxb.data(),
+                                   h[dw], h[db], h[ds0]);
       for (int64_t r = 0; r < B * T; ++r)
         for (int64_t c = 0; c < di; ++c) h[dxs][r * 2 * di + c] = dxb[size_t(r * di + c)];
     }, [&](auto& d) { bwd(d, true); });
