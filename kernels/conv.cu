@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -96,8 +97,8 @@ __device__ __forceinline__ void staged_rows_ready() {
 }
 
 // Shared-memory elements of one tile's staged rows: the forward stages xb rows
-// [t0 − (dc−1), t1); the backward du rows [t0, t1 + dc − 1) and (rebuilding the
-// windows) xb rows [t0 − (dc−1), t1 + dc − 1).
+// [t0 − (dc−1), t1); the backward du rows [t0, t1 + dc − 1) (and as many du_add rows
+// when given) and (rebuilding the windows) xb rows [t0 − (dc−1), t1 + dc − 1).
 constexpr int64_t conv_fwd_tile_rows(int64_t dc) { return kConvChunk + dc - 1; }
 constexpr int64_t conv_bwd_du_rows(int64_t dc) { return kConvChunk + dc - 1; }
 constexpr int64_t conv_bwd_x_rows(int64_t dc) { return kConvChunk + 2 * (dc - 1); }
@@ -214,11 +215,13 @@ struct ConvSaved {
   const float* bias;
 };
 
-// One channel's view of a staged backward tile: du rows from t0 and (rebuilding) xb rows
-// from x_lo, both [rows, kConvTileChannels] in shared memory.
-template <class T>
+// One channel's view of a staged backward tile: du rows (and with kAdd the du_add rows)
+// from t0 and (rebuilding) xb rows from x_lo, all [rows, kConvTileChannels] in shared
+// memory.
+template <class T, bool kAdd>
 struct ConvBwdLane {
   const T* us;
+  const T* ua;  // du_add rows (kAdd)
   const T* xs;
   int64_t t0, x_lo;
   int lane;
@@ -233,17 +236,23 @@ struct ConvBwdLane {
   __device__ __forceinline__ float staged_x(int r) const {
     return dev::to_f32(xs[r * kConvTileChannels + lane]);
   }
-  // du of step i = t − t0 of the chunk.
+  // The upstream gradient of step i = t − t0 of the chunk: du, or with kAdd the sum
+  // q(du + du_add) rounded to T, the value add_inplace stores (the backward then reads
+  // exactly what it would have read from the summed tensor).
   __device__ __forceinline__ float du_row(int i) const {
-    return dev::to_f32(us[i * kConvTileChannels + lane]);
+    const int o = i * kConvTileChannels + lane;
+    if constexpr (kAdd)
+      return dev::round_f32<T>(dev::to_f32(us[o]) + dev::to_f32(ua[o]));
+    else
+      return dev::to_f32(us[o]);
   }
   __device__ __forceinline__ float du_at(int64_t t) const { return du_row(int(t - t0)); }
 };
 
 // pc_t of (b, d): saved, or rebuilt (bias + Σ_k W_t[k]·w[k], k ascending — the
 // forward's sum) and rounded like a typed store.
-template <bool kRebuild, class T>
-__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, const ConvBwdLane<T>& ln,
+template <bool kRebuild, class T, bool kAdd>
+__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, const ConvBwdLane<T, kAdd>& ln,
                                        int64_t b, int64_t t, int64_t T_len, int64_t di, int dc,
                                        int64_t d) {
   if constexpr (!kRebuild) return dev::to_f32(sv.pc[(b * T_len + t) * di + d]);
@@ -253,8 +262,9 @@ __device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, const ConvBwdLane
 }
 
 // g_t = du_t·SiLU'(pc_t); 0 outside [0, T).
-template <bool kRebuild, class T>
-__device__ __forceinline__ float conv_grad_at(const ConvSaved<T>& sv, const ConvBwdLane<T>& ln,
+template <bool kRebuild, class T, bool kAdd>
+__device__ __forceinline__ float conv_grad_at(const ConvSaved<T>& sv,
+                                              const ConvBwdLane<T, kAdd>& ln,
                                               int64_t b, int64_t t, int64_t T_len, int64_t di,
                                               int dc, int64_t d) {
   if (t >= T_len) return 0.0f;
@@ -263,13 +273,14 @@ __device__ __forceinline__ float conv_grad_at(const ConvSaved<T>& sv, const Conv
 
 // The staging flags of a backward tile: whether each typed input moves in 16-byte pieces.
 struct ConvBwdVec16 {
-  bool du, x;
+  bool du, du_add, x;
 };
 
 // One block per tile of (b, chunk, kConvTileChannels channels), one thread per channel,
 // t descending inside the chunk.
 //   du, pc [B, T, di] T, windows [B, T, di, dc] f32 (kRebuild: rebuilt from xb [B*T, ld_x]
-//   T and S0 [B, di, dc] instead), w [di, dc]
+//   T and S0 [B, di, dc] instead), w [di, dc], du_add [B, T, di] T (kAdd: the upstream
+//   gradient is q(du + du_add))
 //   -> dxb [B*T, ld_dx] T, pw [B, n_chunks, di, dc] f32, pb [B, n_chunks, di] f32,
 //      d_state0 [B, di, dc] f32 (opt; written by the chunk-0 threads)
 // Right-aligned registers as in the forward: tap k of w at register k + pad.
@@ -279,9 +290,10 @@ struct ConvBwdVec16 {
 // and steps t < dc of chunk 0). Only the two outer runs (at most dc steps each) test
 // for those cases; the main run reads tap 0 of the next window from the staged rows
 // without a test.
-template <class T, int KDC, bool kRebuild>
+template <class T, int KDC, bool kRebuild, bool kAdd>
 __global__ void __launch_bounds__(kConvTileChannels)
-    conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv, ConvBwdVec16 vec16,
+    conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __restrict__ du_add,
+                           ConvSaved<T> sv, ConvBwdVec16 vec16,
                            const float* __restrict__ w, int64_t B, int64_t T_len,
                            int64_t di, int dc_arg, int64_t n_chunks, int64_t n_ctiles,
                            T* __restrict__ dxb, int64_t ld_dx, float* __restrict__ pw,
@@ -289,8 +301,10 @@ __global__ void __launch_bounds__(kConvTileChannels)
                            const float* __restrict__ d_state_T) {
   extern __shared__ __align__(16) unsigned char conv_smem[];
   const int dc = KDC == kNarrowDC ? KDC : dc_arg;  // as in the forward
+  const int64_t du_elems = conv_bwd_du_rows(dc) * kConvTileChannels;
   T* us = reinterpret_cast<T*>(conv_smem);
-  T* xs = us + conv_bwd_du_rows(dc) * kConvTileChannels;
+  T* ua = us + du_elems;                  // kAdd
+  T* xs = kAdd ? ua + du_elems : ua;      // kRebuild
   const int64_t n_tiles = B * n_chunks * n_ctiles;
   const int pad = KDC - dc;
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -300,14 +314,16 @@ __global__ void __launch_bounds__(kConvTileChannels)
     const int64_t x_lo = t0 - (dc - 1) > 0 ? t0 - (dc - 1) : 0;
     __syncthreads();  // the previous tile's rows are no longer read
     stage_rows(us, du, di, c.b * T_len, t0, u_hi, c.d0, c.channels, vec16.du);
+    if constexpr (kAdd)
+      stage_rows(ua, du_add, di, c.b * T_len, t0, u_hi, c.d0, c.channels, vec16.du_add);
     if constexpr (kRebuild)
       stage_rows(xs, sv.xb, sv.ld_x, c.b * T_len, x_lo, u_hi, c.d0, c.channels, vec16.x);
     staged_rows_ready();
     const int lane = threadIdx.x;
     if (lane >= c.channels) continue;
     const int64_t d = c.d0 + lane;
-    const ConvBwdLane<T> ln{us, xs, t0, x_lo, lane,
-                            kRebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
+    const ConvBwdLane<T, kAdd> ln{us, ua, xs, t0, x_lo, lane,
+                                  kRebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
     const float* wd = w + d * dc;
     const float* dsT = d_state_T ? d_state_T + (c.b * di + d) * dc : nullptr;
     float wr[KDC], dw[KDC], gn[KDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
@@ -445,15 +461,27 @@ bool rows_16b_aligned(const T* p, int64_t ld) {
 }
 
 template <class T>
-size_t conv_bwd_smem_bytes(int64_t dc, bool rebuild) {
-  const int64_t rows = conv_bwd_du_rows(dc) + (rebuild ? conv_bwd_x_rows(dc) : 0);
+size_t conv_bwd_smem_bytes(int64_t dc, bool rebuild, bool add) {
+  const int64_t rows = conv_bwd_du_rows(dc) * (add ? 2 : 1) + (rebuild ? conv_bwd_x_rows(dc) : 0);
   return size_t(rows) * kConvTileChannels * sizeof(T);
 }
 
-// The backward instance of a call: saved windows and pc, or rebuilt from xb and S0.
+// The backward instance of a call: saved windows and pc, or rebuilt from xb and S0;
+// with or without a second upstream gradient du_add.
+template <class T, int KDC, bool kRebuild>
+auto conv_bwd_kernel_for(bool add) {
+  return add ? &conv1d_silu_bwd_kernel<T, KDC, kRebuild, true>
+             : &conv1d_silu_bwd_kernel<T, KDC, kRebuild, false>;
+}
 template <class T, int KDC>
-auto conv_bwd_kernel_for(bool rebuild) {
-  return rebuild ? &conv1d_silu_bwd_kernel<T, KDC, true> : &conv1d_silu_bwd_kernel<T, KDC, false>;
+auto conv_bwd_kernel_for(bool rebuild, bool add) {
+  return rebuild ? conv_bwd_kernel_for<T, KDC, true>(add) : conv_bwd_kernel_for<T, KDC, false>(add);
+}
+
+// Whether the bytes [a, a + na) and [b, b + nb) share any.
+bool bytes_overlap(const void* a, size_t na, const void* b, size_t nb) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + nb && pb < pa + na;
 }
 
 }  // namespace
@@ -533,25 +561,37 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   }
   const int64_t ld_dx = p.ld_dx ? p.ld_dx : p.di;
   if (ld_dx < p.di) fail_arg(k, "ld_dx", ld_dx, ">=", p.di, "row stride of dxb");
+  if (p.du_add) {  // optional; read by neighbouring tiles while dxb rows are being written
+    const int64_t R = p.B * p.seq_len;
+    const size_t add_bytes = size_t(R * p.di) * sizeof(T);
+    const size_t dx_bytes = size_t((R - 1) * ld_dx + p.di) * sizeof(T);
+    if (bytes_overlap(p.du_add, add_bytes, p.dxb, dx_bytes)) {
+      std::ostringstream os;
+      os << k << ": du_add = " << static_cast<const void*>(p.du_add) << " (" << add_bytes
+         << " B) overlaps dxb = " << static_cast<const void*>(p.dxb) << " (" << dx_bytes
+         << " B): du_add is an input, dxb is written while other tiles still read it";
+      throw ConfigError(os.str());
+    }
+  }
   const int64_t n_chunks = conv_chunks(p.seq_len);
   const int64_t rows = p.B * n_chunks, di = p.di, dc = p.dc;
   float* pw = p.scratch;             // [rows, di*dc]
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
   const bool narrow = dc == kNarrowDC;  // as in the forward
-  const bool rebuild = p.windows == nullptr;
-  auto* kern = narrow ? conv_bwd_kernel_for<T, kNarrowDC>(rebuild)
-                      : conv_bwd_kernel_for<T, kDC>(rebuild);
-  const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild);
+  const bool rebuild = p.windows == nullptr, add = p.du_add != nullptr;
+  auto* kern = narrow ? conv_bwd_kernel_for<T, kNarrowDC>(rebuild, add)
+                      : conv_bwd_kernel_for<T, kDC>(rebuild, add);
+  const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild, add);
   // the attribute is the kernel's worst case (its widest window), never this call's need
   gpu::set_smem_limit(reinterpret_cast<const void*>(kern), smem,
-                      conv_bwd_smem_bytes<T>(narrow ? kNarrowDC : kDC, rebuild), k);
+                      conv_bwd_smem_bytes<T>(narrow ? kNarrowDC : kDC, rebuild, add), k);
   const int64_t n_ctiles = conv_channel_tiles(di);
-  const ConvBwdVec16 vec16{rows_16b_aligned(p.du, di),
+  const ConvBwdVec16 vec16{rows_16b_aligned(p.du, di), add && rows_16b_aligned(p.du_add, di),
                            rebuild && rows_16b_aligned(sv.xb, sv.ld_x)};
   kern<<<conv_tile_grid(rows * n_ctiles), kConvTileChannels, smem, stream>>>(
-      p.du, sv, vec16, p.w, p.B, p.seq_len, di, int(dc), n_chunks, n_ctiles, p.dxb, ld_dx, pw,
-      pb, p.d_state0, p.d_state_T);
+      p.du, p.du_add, sv, vec16, p.w, p.B, p.seq_len, di, int(dc), n_chunks, n_ctiles, p.dxb,
+      ld_dx, pw, pb, p.d_state0, p.d_state_T);
   MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
   reduce_sum_axis0(pw, rows, di * dc, p.dw, /*accumulate=*/true, reduce_scratch, stream);
   reduce_sum_axis0(pb, rows, di, p.dbias, /*accumulate=*/true, reduce_scratch, stream);
