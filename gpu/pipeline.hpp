@@ -30,8 +30,8 @@
 //                  s1  F/R: Δraw -> F: gated  |  R: Δraw -> B4 (softplus_bwd)
 //                  s2  F/R: Δ                 -> B3
 //                  s3  R: gated -> B1; B2: dY -> B3; B4: dΔraw
-//                  s4  B1: dG -> B2; B3: dΔ -> B4; B5: dU_x
-//                  du  B3: dU (scan) -> B5: dU (total) -> B6
+//                  s4  B1: dG -> B2; B3: dΔ -> B4; B5: dU_x -> B6
+//                  du  B3: dU (scan) -> B6 (which adds dU_x as it reads)
 //                  dP  F/R: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
