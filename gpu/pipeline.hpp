@@ -30,9 +30,9 @@
 //                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
 //                  s1  F: gated            |  R: Δraw -> B4 (softplus_bwd)
 //                  s2  F/R: Δ -> B3; B3: dΔ written over Δ by the checkpointed scan
-//                      (du instead on the cross-check routes) -> B4; B5: dU_x
+//                      (du instead on the cross-check routes) -> B4; B5: dU_x -> B6
 //                  s3  R: gated -> B1; B2: dY -> B3; B4: dΔraw
-//                  s4  B1: dG -> B2; B3: dU (scan) -> B5: dU (total) -> B6
+//                  s4  B1: dG -> B2; B3: dU (scan) -> B6 (which adds dU_x as it reads)
 //                  dP  F/R: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC

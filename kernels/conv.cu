@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <sstream>
 #include <string>
+#include <type_traits>
 
 namespace mc::kern {
 
@@ -95,8 +97,8 @@ __device__ __forceinline__ void staged_rows_ready() {
 }
 
 // Shared-memory elements of one tile's staged rows: the forward stages xb rows
-// [t0 − (dc−1), t1); the backward du rows [t0, t1 + dc − 1) and (rebuilding the
-// windows) xb rows [t0 − (dc−1), t1 + dc − 1).
+// [t0 − (dc−1), t1); the backward du rows [t0, t1 + dc − 1) (and as many du_add rows
+// when given) and (rebuilding the windows) xb rows [t0 − (dc−1), t1 + dc − 1).
 constexpr int64_t conv_fwd_tile_rows(int64_t dc) { return kConvChunk + dc - 1; }
 constexpr int64_t conv_bwd_du_rows(int64_t dc) { return kConvChunk + dc - 1; }
 constexpr int64_t conv_bwd_x_rows(int64_t dc) { return kConvChunk + 2 * (dc - 1); }
@@ -200,7 +202,8 @@ __global__ void conv1d_final_state_kernel(const T* __restrict__ xb, int64_t ld_x
 // What the backward reads besides du: the saved windows and pc, or (windows == pc ==
 // null) the input rows xb and the incoming state S0 to rebuild them, exactly as the
 // forward built them (the same f32 sum in the same order), pc rounded to T as a typed
-// store of it would have been.
+// store of it would have been. Which of the two is a template parameter of the kernel
+// (kRebuild), so its step loop carries no run-time test of these pointers.
 template <class T>
 struct ConvSaved {
   const T* pc;
@@ -212,11 +215,13 @@ struct ConvSaved {
   const float* bias;
 };
 
-// One channel's view of a staged backward tile: du rows from t0 and (rebuilding) xb rows
-// from x_lo, both [rows, kConvTileChannels] in shared memory.
-template <class T>
+// One channel's view of a staged backward tile: du rows (and with kAdd the du_add rows)
+// from t0 and (rebuilding) xb rows from x_lo, all [rows, kConvTileChannels] in shared
+// memory.
+template <class T, bool kAdd>
 struct ConvBwdLane {
   const T* us;
+  const T* ua;  // du_add rows (kAdd)
   const T* xs;
   int64_t t0, x_lo;
   int lane;
@@ -227,52 +232,79 @@ struct ConvBwdLane {
     const int64_t src = t - (dc - 1) + k;
     return src >= 0 ? dev::to_f32(xs[(src - x_lo) * kConvTileChannels + lane]) : s0[t + k + 1];
   }
-  __device__ __forceinline__ float du_at(int64_t t) const {
-    return dev::to_f32(us[(t - t0) * kConvTileChannels + lane]);
+  // Staged xb row r (r = src − x_lo, known to be staged): no test for S0.
+  __device__ __forceinline__ float staged_x(int r) const {
+    return dev::to_f32(xs[r * kConvTileChannels + lane]);
   }
+  // The upstream gradient of step i = t − t0 of the chunk: du, or with kAdd the sum
+  // q(du + du_add) rounded to T, the value add_inplace stores (the backward then reads
+  // exactly what it would have read from the summed tensor).
+  __device__ __forceinline__ float du_row(int i) const {
+    const int o = i * kConvTileChannels + lane;
+    if constexpr (kAdd)
+      return dev::round_f32<T>(dev::to_f32(us[o]) + dev::to_f32(ua[o]));
+    else
+      return dev::to_f32(us[o]);
+  }
+  __device__ __forceinline__ float du_at(int64_t t) const { return du_row(int(t - t0)); }
 };
 
 // pc_t of (b, d): saved, or rebuilt (bias + Σ_k W_t[k]·w[k], k ascending — the
 // forward's sum) and rounded like a typed store.
-template <class T>
-__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, const ConvBwdLane<T>& ln,
+template <bool kRebuild, class T, bool kAdd>
+__device__ __forceinline__ float pc_at(const ConvSaved<T>& sv, const ConvBwdLane<T, kAdd>& ln,
                                        int64_t b, int64_t t, int64_t T_len, int64_t di, int dc,
                                        int64_t d) {
-  if (sv.pc) return dev::to_f32(sv.pc[(b * T_len + t) * di + d]);
+  if constexpr (!kRebuild) return dev::to_f32(sv.pc[(b * T_len + t) * di + d]);
   float acc = sv.bias[d];
   for (int k = 0; k < dc; ++k) acc += ln.window_tap(t, dc, k) * sv.w[d * dc + k];
   return dev::round_f32<T>(acc);
 }
 
 // g_t = du_t·SiLU'(pc_t); 0 outside [0, T).
-template <class T>
-__device__ __forceinline__ float conv_grad_at(const ConvSaved<T>& sv, const ConvBwdLane<T>& ln,
+template <bool kRebuild, class T, bool kAdd>
+__device__ __forceinline__ float conv_grad_at(const ConvSaved<T>& sv,
+                                              const ConvBwdLane<T, kAdd>& ln,
                                               int64_t b, int64_t t, int64_t T_len, int64_t di,
                                               int dc, int64_t d) {
   if (t >= T_len) return 0.0f;
-  return ln.du_at(t) * dev::silu_grad(pc_at(sv, ln, b, t, T_len, di, dc, d));
+  return ln.du_at(t) * dev::silu_grad(pc_at<kRebuild>(sv, ln, b, t, T_len, di, dc, d));
 }
+
+// The staging flags of a backward tile: whether each typed input moves in 16-byte pieces.
+struct ConvBwdVec16 {
+  bool du, du_add, x;
+};
 
 // One block per tile of (b, chunk, kConvTileChannels channels), one thread per channel,
 // t descending inside the chunk.
-//   du, pc [B, T, di] T, windows [B, T, di, dc] f32 (or rebuilt from xb [B*T, ld_x] T
-//   and S0 [B, di, dc]), w [di, dc]
+//   du, pc [B, T, di] T, windows [B, T, di, dc] f32 (kRebuild: rebuilt from xb [B*T, ld_x]
+//   T and S0 [B, di, dc] instead), w [di, dc], du_add [B, T, di] T (kAdd: the upstream
+//   gradient is q(du + du_add))
 //   -> dxb [B*T, ld_dx] T, pw [B, n_chunks, di, dc] f32, pb [B, n_chunks, di] f32,
 //      d_state0 [B, di, dc] f32 (opt; written by the chunk-0 threads)
 // Right-aligned registers as in the forward: tap k of w at register k + pad.
-template <class T, int KDC>
+// The chunk's steps are walked in three runs, each step the same arithmetic: the
+// steps that may add the final window's gradient (the last dc of the sequence), the
+// main run, and the steps whose next window reaches into S0 or past the chunk (step 0,
+// and steps t < dc of chunk 0). Only the two outer runs (at most dc steps each) test
+// for those cases; the main run reads tap 0 of the next window from the staged rows
+// without a test.
+template <class T, int KDC, bool kRebuild, bool kAdd>
 __global__ void __launch_bounds__(kConvTileChannels)
-    conv1d_silu_bwd_kernel(const T* __restrict__ du, ConvSaved<T> sv, bool vec16_du,
-                           bool vec16_x, const float* __restrict__ w, int64_t B, int64_t T_len,
+    conv1d_silu_bwd_kernel(const T* __restrict__ du, const T* __restrict__ du_add,
+                           ConvSaved<T> sv, ConvBwdVec16 vec16,
+                           const float* __restrict__ w, int64_t B, int64_t T_len,
                            int64_t di, int dc_arg, int64_t n_chunks, int64_t n_ctiles,
                            T* __restrict__ dxb, int64_t ld_dx, float* __restrict__ pw,
                            float* __restrict__ pb, float* __restrict__ d_state0,
                            const float* __restrict__ d_state_T) {
   extern __shared__ __align__(16) unsigned char conv_smem[];
   const int dc = KDC == kNarrowDC ? KDC : dc_arg;  // as in the forward
-  const bool rebuild = sv.windows == nullptr;
+  const int64_t du_elems = conv_bwd_du_rows(dc) * kConvTileChannels;
   T* us = reinterpret_cast<T*>(conv_smem);
-  T* xs = us + conv_bwd_du_rows(dc) * kConvTileChannels;
+  T* ua = us + du_elems;                  // kAdd
+  T* xs = kAdd ? ua + du_elems : ua;      // kRebuild
   const int64_t n_tiles = B * n_chunks * n_ctiles;
   const int pad = KDC - dc;
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -281,13 +313,17 @@ __global__ void __launch_bounds__(kConvTileChannels)
     const int64_t u_hi = t1 + dc - 1 < T_len ? t1 + dc - 1 : T_len;
     const int64_t x_lo = t0 - (dc - 1) > 0 ? t0 - (dc - 1) : 0;
     __syncthreads();  // the previous tile's rows are no longer read
-    stage_rows(us, du, di, c.b * T_len, t0, u_hi, c.d0, c.channels, vec16_du);
-    if (rebuild) stage_rows(xs, sv.xb, sv.ld_x, c.b * T_len, x_lo, u_hi, c.d0, c.channels, vec16_x);
+    stage_rows(us, du, di, c.b * T_len, t0, u_hi, c.d0, c.channels, vec16.du);
+    if constexpr (kAdd)
+      stage_rows(ua, du_add, di, c.b * T_len, t0, u_hi, c.d0, c.channels, vec16.du_add);
+    if constexpr (kRebuild)
+      stage_rows(xs, sv.xb, sv.ld_x, c.b * T_len, x_lo, u_hi, c.d0, c.channels, vec16.x);
     staged_rows_ready();
     const int lane = threadIdx.x;
     if (lane >= c.channels) continue;
     const int64_t d = c.d0 + lane;
-    const ConvBwdLane<T> ln{us, xs, t0, x_lo, lane, rebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
+    const ConvBwdLane<T, kAdd> ln{us, ua, xs, t0, x_lo, lane,
+                                  kRebuild ? sv.s0 + (c.b * di + d) * dc : nullptr};
     const float* wd = w + d * dc;
     const float* dsT = d_state_T ? d_state_T + (c.b * di + d) * dc : nullptr;
     float wr[KDC], dw[KDC], gn[KDC];  // gn[j] = g_{t+1+j} for j = 0..dc−2 (0 beyond T)
@@ -295,7 +331,7 @@ __global__ void __launch_bounds__(kConvTileChannels)
     for (int r = 0; r < KDC; ++r) {
       wr[r] = r >= pad ? wd[r - pad] : 0.0f;
       dw[r] = 0.0f;
-      gn[r] = r < dc - 1 ? conv_grad_at(sv, ln, c.b, t1 + r, T_len, di, dc, d) : 0.0f;
+      gn[r] = r < dc - 1 ? conv_grad_at<kRebuild>(sv, ln, c.b, t1 + r, T_len, di, dc, d) : 0.0f;
     }
     // Without saved windows the window W_t of the current step is kept in registers
     // (win[k + pad] = tap k) and slid one step left per step: one new tap (xb or S0)
@@ -303,23 +339,31 @@ __global__ void __launch_bounds__(kConvTileChannels)
     float win[KDC];
 #pragma unroll
     for (int r = 0; r < KDC; ++r)
-      win[r] = rebuild && r >= pad ? ln.window_tap(t1 - 1, dc, r - pad) : 0.0f;
-    const float bd = rebuild ? sv.bias[d] : 0.0f;
+      win[r] = kRebuild && r >= pad ? ln.window_tap(t1 - 1, dc, r - pad) : 0.0f;
+    const float bd = kRebuild ? sv.bias[d] : 0.0f;
     float db = 0.0f;
-    // step i = t − t0 of the chunk, walked down; the rows advance by pointer
+    // step i = t − t0 of the chunk, walked down; dxb's row advances by pointer
     const int steps = int(t1 - t0);
     const int64_t row_t0 = c.b * T_len + t0;
     T* dx_row = dxb + (row_t0 + steps - 1) * ld_dx + d;
-    const T* du_row = us + (steps - 1) * kConvTileChannels + lane;
     // the final window's upstream gradient enters at steps i >= ds_lo (none without it)
     const int64_t ds_from = T_len - dc - t0;
     const int ds_lo = !dsT ? steps : ds_from < 0 ? 0 : ds_from > steps ? steps : int(ds_from);
-#pragma unroll 4
-    for (int i = steps - 1; i >= 0; --i, dx_row -= ld_dx, du_row -= kConvTileChannels) {
+    // tap 0 of W_{t−1} is staged row i + tap0_row of xs wherever t − dc >= 0 (so for
+    // steps i >= 1 of a chunk after the first, i >= dc of chunk 0): main_lo is the
+    // lowest step of the main run, which also stays below ds_lo
+    const int tap0_row = int(t0 - dc - x_lo);
+    const int64_t tap0_lo = t0 >= dc ? 1 : dc - t0;
+    const int main_lo = tap0_lo < ds_lo ? int(tap0_lo) : ds_lo;
+
+    // One step (i = t − t0). kEdge: the step may add d_state_T or fetch the next tap from
+    // S0 (or have none, at i = 0); the main run's steps do neither.
+    auto step = [&](int i, auto edge) {
+      constexpr bool kEdge = decltype(edge)::value;
       const int64_t t = t0 + i;
       float pct;
-      if (sv.pc) {
-        pct = dev::to_f32(sv.pc[(c.b * T_len + t) * di + d]);
+      if constexpr (!kRebuild) {
+        pct = dev::to_f32(sv.pc[(row_t0 + i) * di + d]);
       } else {  // the forward's sum: bias + Σ_k W_t[k]·w[k], k ascending, rounded like pc
         float acc = bd;
 #pragma unroll
@@ -327,7 +371,7 @@ __global__ void __launch_bounds__(kConvTileChannels)
           if (r >= pad) acc += win[r] * wr[r];
         pct = dev::round_f32<T>(acc);
       }
-      const float g = dev::to_f32(*du_row) * dev::silu_grad(pct);
+      const float g = ln.du_row(i) * dev::silu_grad(pct);
       // dxb_t = g_t·w[dc−1] + ((g_{t+dc−1}·w[0] + g_{t+dc−2}·w[1]) + ... + g_{t+1}·w[dc−2])
       // (w[dc−1−j] sits at register KDC−1−j)
       float carry = 0.0f;
@@ -336,10 +380,12 @@ __global__ void __launch_bounds__(kConvTileChannels)
         if (j < dc) carry += gn[j - 1] * wr[KDC - 1 - j];
       float v = g * wr[KDC - 1] + carry;
       // the final window holds xb[T-dc .. T-1]: its upstream gradient (f32, one rounding)
-      if (i >= ds_lo) v += dsT[t - T_len + dc];
+      if constexpr (kEdge)
+        if (i >= ds_lo) v += dsT[t - T_len + dc];
       *dx_row = dev::from_f32<T>(v);
-      if (!rebuild) {
-        const float* wt = sv.windows + ((c.b * T_len + t) * di + d) * dc;
+      dx_row -= ld_dx;
+      if constexpr (!kRebuild) {
+        const float* wt = sv.windows + ((row_t0 + i) * di + d) * dc;
 #pragma unroll
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * wt[r - pad];
@@ -348,7 +394,11 @@ __global__ void __launch_bounds__(kConvTileChannels)
         for (int r = 0; r < KDC; ++r)
           if (r >= pad) dw[r] += g * win[r];
         // W_{t−1}: taps 1.. are W_t's taps 0..; tap 0 is xb[t − dc] (or S0 before the start)
-        const float tap0 = i > 0 ? ln.window_tap(t - 1, dc, 0) : 0.0f;
+        float tap0;
+        if constexpr (kEdge)
+          tap0 = i > 0 ? ln.window_tap(t - 1, dc, 0) : 0.0f;
+        else
+          tap0 = ln.staged_x(i + tap0_row);
 #pragma unroll
         for (int r = KDC - 1; r >= 1; --r)  // constant register indices: no local memory
           win[r] = r > pad ? win[r - 1] : (r == pad ? tap0 : 0.0f);
@@ -358,7 +408,15 @@ __global__ void __launch_bounds__(kConvTileChannels)
 #pragma unroll
       for (int j = KDC - 1; j >= 1; --j) gn[j] = gn[j - 1];
       gn[0] = g;
-    }
+    };
+    int i = steps - 1;
+#pragma unroll 1
+    for (; i >= ds_lo; --i) step(i, std::true_type{});
+#pragma unroll 4
+    for (; i >= main_lo; --i) step(i, std::false_type{});
+#pragma unroll 1
+    for (; i >= 0; --i) step(i, std::true_type{});
+
     const int64_t prow = (c.b * n_chunks + t0 / kConvChunk) * di + d;
     float* pwr = pw + prow * dc;
 #pragma unroll
@@ -403,9 +461,27 @@ bool rows_16b_aligned(const T* p, int64_t ld) {
 }
 
 template <class T>
-size_t conv_bwd_smem_bytes(int64_t dc, bool rebuild) {
-  const int64_t rows = conv_bwd_du_rows(dc) + (rebuild ? conv_bwd_x_rows(dc) : 0);
+size_t conv_bwd_smem_bytes(int64_t dc, bool rebuild, bool add) {
+  const int64_t rows = conv_bwd_du_rows(dc) * (add ? 2 : 1) + (rebuild ? conv_bwd_x_rows(dc) : 0);
   return size_t(rows) * kConvTileChannels * sizeof(T);
+}
+
+// The backward instance of a call: saved windows and pc, or rebuilt from xb and S0;
+// with or without a second upstream gradient du_add.
+template <class T, int KDC, bool kRebuild>
+auto conv_bwd_kernel_for(bool add) {
+  return add ? &conv1d_silu_bwd_kernel<T, KDC, kRebuild, true>
+             : &conv1d_silu_bwd_kernel<T, KDC, kRebuild, false>;
+}
+template <class T, int KDC>
+auto conv_bwd_kernel_for(bool rebuild, bool add) {
+  return rebuild ? conv_bwd_kernel_for<T, KDC, true>(add) : conv_bwd_kernel_for<T, KDC, false>(add);
+}
+
+// Whether the bytes [a, a + na) and [b, b + nb) share any.
+bool bytes_overlap(const void* a, size_t na, const void* b, size_t nb) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + nb && pb < pa + na;
 }
 
 }  // namespace
@@ -485,23 +561,37 @@ void conv1d_silu_bwd(const ConvBwdParams<T>& p, cudaStream_t stream) {
   }
   const int64_t ld_dx = p.ld_dx ? p.ld_dx : p.di;
   if (ld_dx < p.di) fail_arg(k, "ld_dx", ld_dx, ">=", p.di, "row stride of dxb");
+  if (p.du_add) {  // optional; read by neighbouring tiles while dxb rows are being written
+    const int64_t R = p.B * p.seq_len;
+    const size_t add_bytes = size_t(R * p.di) * sizeof(T);
+    const size_t dx_bytes = size_t((R - 1) * ld_dx + p.di) * sizeof(T);
+    if (bytes_overlap(p.du_add, add_bytes, p.dxb, dx_bytes)) {
+      std::ostringstream os;
+      os << k << ": du_add = " << static_cast<const void*>(p.du_add) << " (" << add_bytes
+         << " B) overlaps dxb = " << static_cast<const void*>(p.dxb) << " (" << dx_bytes
+         << " B): du_add is an input, dxb is written while other tiles still read it";
+      throw ConfigError(os.str());
+    }
+  }
   const int64_t n_chunks = conv_chunks(p.seq_len);
   const int64_t rows = p.B * n_chunks, di = p.di, dc = p.dc;
   float* pw = p.scratch;             // [rows, di*dc]
   float* pb = pw + rows * di * dc;   // [rows, di]
   float* reduce_scratch = pb + rows * di;
   const bool narrow = dc == kNarrowDC;  // as in the forward
-  auto* kern = narrow ? &conv1d_silu_bwd_kernel<T, kNarrowDC> : &conv1d_silu_bwd_kernel<T, kDC>;
-  const bool rebuild = p.windows == nullptr;
-  const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild);
+  const bool rebuild = p.windows == nullptr, add = p.du_add != nullptr;
+  auto* kern = narrow ? conv_bwd_kernel_for<T, kNarrowDC>(rebuild, add)
+                      : conv_bwd_kernel_for<T, kDC>(rebuild, add);
+  const size_t smem = conv_bwd_smem_bytes<T>(dc, rebuild, add);
   // the attribute is the kernel's worst case (its widest window), never this call's need
   gpu::set_smem_limit(reinterpret_cast<const void*>(kern), smem,
-                      conv_bwd_smem_bytes<T>(narrow ? kNarrowDC : kDC, true), k);
+                      conv_bwd_smem_bytes<T>(narrow ? kNarrowDC : kDC, rebuild, add), k);
   const int64_t n_ctiles = conv_channel_tiles(di);
+  const ConvBwdVec16 vec16{rows_16b_aligned(p.du, di), add && rows_16b_aligned(p.du_add, di),
+                           rebuild && rows_16b_aligned(sv.xb, sv.ld_x)};
   kern<<<conv_tile_grid(rows * n_ctiles), kConvTileChannels, smem, stream>>>(
-      p.du, sv, rows_16b_aligned(p.du, di), rebuild && rows_16b_aligned(sv.xb, sv.ld_x), p.w,
-      p.B, p.seq_len, di, int(dc), n_chunks, n_ctiles, p.dxb, ld_dx, pw, pb, p.d_state0,
-      p.d_state_T);
+      p.du, p.du_add, sv, vec16, p.w, p.B, p.seq_len, di, int(dc), n_chunks, n_ctiles, p.dxb,
+      ld_dx, pw, pb, p.d_state0, p.d_state_T);
   MC_LAUNCH_CHECK("conv1d_silu_bwd_kernel");
   reduce_sum_axis0(pw, rows, di * dc, p.dw, /*accumulate=*/true, reduce_scratch, stream);
   reduce_sum_axis0(pb, rows, di, p.dbias, /*accumulate=*/true, reduce_scratch, stream);

@@ -83,9 +83,14 @@ void conv1d_silu_bwd(const T* du, const T* pc, const float* windows, const float
 // its incoming state s0 — the same f32 sums in the same order as the forward, pc
 // rounded to T like a typed store — so the forward need save neither; dxb is
 // written through a row stride (e.g. into the x half of the in_proj gradient).
+// With du_add the upstream gradient is the sum of two: du_t = q(du + du_add) per
+// element (f32 sum, one rounding to T), the value add_inplace(du, du_add) would
+// store, so the results are the bits of add_inplace followed by this call without
+// du_add; du is not written. du_add may not overlap dxb (refused, ConfigError).
 template <class T>
 struct ConvBwdParams {
   const T* du = nullptr;            // [B, T, di]
+  const T* du_add = nullptr;        // [B, T, di] or null (du alone)
   const T* pc = nullptr;            // [B, T, di] or null (rebuilt)
   const float* windows = nullptr;   // [B, T, di, dc] or null (rebuilt)
   const T* xb = nullptr;            // [B*T rows, ld_x]   (when rebuilding)

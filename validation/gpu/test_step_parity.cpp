@@ -4,9 +4,10 @@
 // step testbed (validation/support/step_testbed.hpp). Shapes: odd sizes, every d_conv in 1..8, T
 // around the conv chunk, non-zero carried states, gradients accumulated (+=) onto non-zero values;
 // also bitwise reproducible reductions, nosave conv == saving conv, the fused variants the
-// training step runs (strided conv input, conv backward rebuilding its windows, gate with z in
-// place, RMSNorm backward with its residual) == their unfused compositions, RN casts, the first
-// non-finite index, and the refusal of d_conv = 9 (no device needed).
+// training step runs (strided conv input, conv backward rebuilding its windows or adding a
+// second upstream gradient, gate with z in place, RMSNorm backward with its residual) ==
+// their unfused compositions, RN casts, the first non-finite index, and the refusals of
+// d_conv = 9 and of a conv du_add overlapping dxb (no device needed).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -412,11 +413,51 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithStateGradient) {
   }
 }
 
+// The windows [B, T, di, dc] f32 and pc [B, T, di] (rounded to q) of xb [B, T, di] and
+// S0 [B, di, dc] as the device forms them when it rebuilds them: pc an FMA chain (bias,
+// then tap k = 0..dc−1) rounded to the storage type.
+struct ConvSavedHost {
+  std::vector<float> windows, pc;
+};
+ConvSavedHost conv_saved_of(mc::DType q, const std::vector<float>& xb,
+                            const std::vector<float>& s0, const std::vector<float>& w,
+                            const std::vector<float>& bias, int64_t B, int64_t T, int64_t di,
+                            int64_t dc) {
+  ConvSavedHost sv{std::vector<float>(size_t(B * T * di * dc)),
+                   std::vector<float>(size_t(B * T * di))};
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < di; ++d) {
+        const int64_t row = bb * T + t;
+        float acc = bias[size_t(d)];
+        for (int64_t k = 0; k < dc; ++k) {
+          const int64_t src = t - (dc - 1) + k;
+          const float tap = src >= 0 ? xb[size_t((bb * T + src) * di + d)]
+                                     : s0[size_t((bb * di + d) * dc + t + k + 1)];
+          sv.windows[size_t((row * di + d) * dc + k)] = tap;
+          acc = std::fma(tap, w[size_t(d * dc + k)], acc);
+        }
+        sv.pc[size_t(row * di + d)] = mc::round_to(q, acc);
+      }
+  return sv;
+}
+
+// rows [B*T, di] -> the first di columns of rows [B*T, 2·di], the others `fill` (the
+// training step's [x | z] layout, read or written through the row stride 2·di).
+std::vector<float> in_x_half(const std::vector<float>& v, int64_t rows, int64_t di, float fill) {
+  std::vector<float> out(size_t(2 * rows * di), fill);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < di; ++c) out[size_t(r * 2 * di + c)] = v[size_t(r * di + c)];
+  return out;
+}
+
 // The training step's conv backward: no saved windows or pc — both rebuilt from xb (read in
 // place, row stride 2·di) and the incoming state S0; dxb written through the same stride.
 // The device forms pc as an FMA chain (bias, then tap k = 0..dc−1) rounded to T; the saved
 // inputs the oracle (and the saving variant) read are built the same way on the host, so the
-// saving variant must give the same bits.
+// saving variant must give the same bits. With the final state's upstream gradient
+// d_state_T (chained segments), so every part of the kernel's step loop runs: the last dc
+// steps that add it, the main run and the steps whose next window reaches into S0.
 TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
   constexpr mc::DType kQ = mc::testing::StorageType<TypeParam>::dtype;
   for (const ConvShape sh : conv_shapes()) {
@@ -425,31 +466,15 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
     const auto xb = tb.quantised(uniform(n, 171 + T, -2.0, 2.0));
     const auto w_v = uniform(di * dc, 172 + dc, -1.0, 1.0), b_v = uniform(di, 173 + di, -0.5, 0.5);
     const auto s0_v = uniform(B * di * dc, 174 + B, -1.0, 1.0);
-    std::vector<float> win_v(size_t(n * dc)), pc_v(static_cast<size_t>(n));
-    for (int64_t bb = 0; bb < B; ++bb)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < di; ++d) {
-          const int64_t row = bb * T + t;
-          float acc = b_v[size_t(d)];
-          for (int64_t k = 0; k < dc; ++k) {
-            const int64_t src = t - (dc - 1) + k;
-            const float tap = src >= 0 ? xb[size_t((bb * T + src) * di + d)]
-                                       : s0_v[size_t((bb * di + d) * dc + t + k + 1)];
-            win_v[size_t((row * di + d) * dc + k)] = tap;
-            acc = std::fma(tap, w_v[size_t(d * dc + k)], acc);
-          }
-          pc_v[size_t(row * di + d)] = mc::round_to(kQ, acc);
-        }
-    std::vector<float> xs_v(size_t(2 * n), -3.0f);
-    for (int64_t r = 0; r < B * T; ++r)
-      for (int64_t c = 0; c < di; ++c) xs_v[size_t(r * 2 * di + c)] = xb[size_t(r * di + c)];
-    const auto xs = tb.in_typed("xb_strided", xs_v);
+    const ConvSavedHost saved = conv_saved_of(kQ, xb, s0_v, w_v, b_v, B, T, di, dc);
+    const auto xs = tb.in_typed("xb_strided", in_x_half(xb, B * T, di, -3.0f));
     const auto s0 = tb.in("s0", s0_v);
     const auto bias = tb.in("bias", b_v);
     const auto w = tb.in("w", w_v);
-    const auto pc = tb.in_typed("pc", pc_v);
-    const auto win = tb.in("windows", win_v);
+    const auto pc = tb.in_typed("pc", saved.pc);
+    const auto win = tb.in("windows", saved.windows);
     const auto du = tb.in_typed("du", uniform(n, 175 + T, -1.0, 1.0));
+    const auto dsT = tb.in("d_state_T", uniform(B * di * dc, 179 + B, -1.0, 1.0));
     // dxb lands in the x half of [dxb | other] rows; the other half keeps its values
     const auto dxs = tb.inout_typed("conv_bwd_rebuild.dxb_strided",
                                     uniform(2 * n, 176 + T, -1.0, 1.0));
@@ -476,18 +501,95 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
       cp.dw = d[dw];
       cp.dbias = d[db];
       cp.d_state0 = d[ds0];
+      cp.d_state_T = d[dsT];
       cp.scratch = scratch;
       kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
     };
     tb.run([&](auto& h) {
       using S = std::remove_pointer_t<decltype(h[dw])>;
       std::vector<S> dxb(static_cast<size_t>(n));
-      ref::conv1d_silu_bwd(h[du], h[pc], h[win], h[w], B, T, di, dc, dxb.data(), h[dw], h[db],
-                           h[ds0]);
+      ref::conv1d_silu_bwd_chained(h[du], h[pc], h[win], h[w], h[dsT], B, T, di, dc, dxb.data(),
+                                   h[dw], h[db], h[ds0]);
       for (int64_t r = 0; r < B * T; ++r)
         for (int64_t c = 0; c < di; ++c) h[dxs][r * 2 * di + c] = dxb[size_t(r * di + c)];
     }, [&](auto& d) { bwd(d, true); });
     tb.rerun("saved windows and pc (the same values)", [&](auto& d) { bwd(d, false); },
+             {dxs, dw, db, ds0});
+  }
+}
+
+// B5's sum inside B6: the conv backward's upstream gradient is q(du + du_add), formed as it
+// reads the two (du_add = x_proj's dU_x, du = the scan's dU); the same bits as add_inplace
+// followed by the conv backward without du_add, rebuilding the windows or reading the saved
+// ones, with a non-zero S0 and the final state's upstream gradient d_state_T. Odd shapes: T
+// not a multiple of the 64-step chunk (T = 2 < dc too), d_inner not a multiple of the
+// 128-channel tile (200 = a full tile + 72, staged in 16-byte pieces; 23 element by element).
+TYPED_TEST(StepParity, Conv1dSiluBackwardWithAddedUpstream) {
+  constexpr mc::DType kQ = mc::testing::StorageType<TypeParam>::dtype;
+  const ConvShape shapes[] = {{2, 130, 136, 4}, {3, 70, 200, 4}, {2, 2, 23, 4},
+                              {2, 133, 200, 3}, {1, 67, 23, 7}};
+  for (const ConvShape sh : shapes) {
+    const int64_t B = sh.B, T = sh.T, di = sh.di, dc = sh.dc, n = B * T * di;
+    auto tb = this->bed(shape_tag({{"B", B}, {"T", T}, {"di", di}, {"dc", dc}}));
+    const auto xb = tb.quantised(uniform(n, 271 + T, -2.0, 2.0));
+    const auto w_v = uniform(di * dc, 272 + dc, -1.0, 1.0), b_v = uniform(di, 273 + di, -0.5, 0.5);
+    const auto s0_v = uniform(B * di * dc, 274 + B, -1.0, 1.0);
+    const ConvSavedHost saved = conv_saved_of(kQ, xb, s0_v, w_v, b_v, B, T, di, dc);
+    const auto xs = tb.in_typed("xb_strided", in_x_half(xb, B * T, di, -3.0f));
+    const auto s0 = tb.in("s0", s0_v);
+    const auto bias = tb.in("bias", b_v);
+    const auto w = tb.in("w", w_v);
+    const auto pc = tb.in_typed("pc", saved.pc);
+    const auto win = tb.in("windows", saved.windows);
+    const auto du = tb.in_typed("du", uniform(n, 275 + T, -1.0, 1.0));
+    const auto du_add = tb.in_typed("du_add", uniform(n, 276 + T, -1.0, 1.0));
+    const auto dsT = tb.in("d_state_T", uniform(B * di * dc, 277 + B, -1.0, 1.0));
+    const auto dxs = tb.inout_typed("conv_bwd_add.dxb_strided", uniform(2 * n, 278 + T, -1.0, 1.0));
+    const auto dw = tb.inout("conv_bwd_add.dw", uniform(di * dc, 279 + dc, -0.5, 0.5));
+    const auto db = tb.inout("conv_bwd_add.dbias", uniform(di, 280 + di, -0.5, 0.5));
+    const auto ds0 = tb.out("conv_bwd_add.d_state0", B * di * dc);
+    float* scratch = tb.scratch(kern::conv1d_silu_bwd_scratch_floats(B, T, di, dc));
+    // fused: du_add given to the kernel; else add_inplace(du, du_add) first (the testbed
+    // uploads every input afresh for each launch, so du may be overwritten)
+    const auto bwd = [&](auto& d, bool rebuild, bool fused) {
+      if (!fused) kern::add_inplace<TypeParam>(d[du], d[du_add], n, d.s);
+      kern::ConvBwdParams<TypeParam> cp;
+      cp.du = d[du];
+      cp.du_add = fused ? d[du_add] : nullptr;
+      cp.pc = rebuild ? nullptr : d[pc];
+      cp.windows = rebuild ? nullptr : d[win];
+      cp.xb = d[xs];
+      cp.ld_x = 2 * di;
+      cp.s0 = d[s0];
+      cp.bias = d[bias];
+      cp.w = d[w];
+      cp.B = B;
+      cp.seq_len = T;
+      cp.di = di;
+      cp.dc = dc;
+      cp.dxb = d[dxs];
+      cp.ld_dx = 2 * di;
+      cp.dw = d[dw];
+      cp.dbias = d[db];
+      cp.d_state0 = d[ds0];
+      cp.d_state_T = d[dsT];
+      cp.scratch = scratch;
+      kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
+    };
+    tb.run([&](auto& h) {
+      using S = std::remove_pointer_t<decltype(h[dw])>;
+      std::vector<S> du_sum(static_cast<size_t>(n)), dxb(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) du_sum[size_t(i)] = h.q(h[du][i] + h[du_add][i]);
+      ref::conv1d_silu_bwd_chained(du_sum.data(), h[pc], h[win], h[w], h[dsT], B, T, di, dc,
+                                   dxb.data(), h[dw], h[db], h[ds0]);
+      for (int64_t r = 0; r < B * T; ++r)
+        for (int64_t c = 0; c < di; ++c) h[dxs][r * 2 * di + c] = dxb[size_t(r * di + c)];
+    }, [&](auto& d) { bwd(d, true, true); });
+    tb.rerun("add_inplace, then the conv backward without du_add (unfused)",
+             [&](auto& d) { bwd(d, true, false); }, {dxs, dw, db, ds0});
+    tb.rerun("saved windows and pc, du_add given", [&](auto& d) { bwd(d, false, true); },
+             {dxs, dw, db, ds0});
+    tb.rerun("saved windows and pc, add_inplace first", [&](auto& d) { bwd(d, false, false); },
              {dxs, dw, db, ds0});
   }
 }
@@ -755,6 +857,32 @@ TEST(StepRefusals, ConvRefusesDConv9NamingTheField) {
                                  nullptr, nullptr, nullptr, nullptr);
   });
   EXPECT_NE(msg_bwd.find("d_conv = 9"), std::string::npos) << msg_bwd;
+}
+
+// du_add is read by neighbouring tiles while dxb is written: an overlap is refused before
+// any launch (fake addresses: nothing is dereferenced, no device needed).
+TEST(StepRefusals, ConvBackwardRefusesDuAddOverlappingDxb) {
+  const auto at = [](uintptr_t a) { return reinterpret_cast<float*>(a); };
+  kern::ConvBwdParams<float> cp;
+  cp.du = at(0x100000);
+  cp.xb = at(0x200000);
+  cp.s0 = at(0x300000);
+  cp.bias = at(0x310000);
+  cp.w = at(0x320000);
+  cp.B = 2;
+  cp.seq_len = 70;
+  cp.di = 17;
+  cp.dc = 4;
+  cp.dxb = at(0x400000);
+  cp.ld_dx = 34;  // the x half of [dxb | dz] rows
+  cp.dw = at(0x500000);
+  cp.dbias = at(0x510000);
+  cp.scratch = at(0x600000);
+  cp.du_add = cp.dxb + 17;  // the z half of dxb's first row: inside dxb's span
+  const std::string msg = config_error_of([&] { kern::conv1d_silu_bwd<float>(cp, nullptr); });
+  ASSERT_FALSE(msg.empty()) << "conv1d_silu_bwd with du_add inside dxb did not throw";
+  EXPECT_NE(msg.find("du_add = "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("overlaps dxb"), std::string::npos) << msg;
 }
 
 TEST(StepRefusals, ModelRefusesDConv9NamingTheField) {
