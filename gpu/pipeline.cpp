@@ -206,16 +206,26 @@ void Pipeline<T>::upload_d_out(const float* d_out) {
   d_out_.upload(d_out, d_out_.size(), stream());
 }
 
+// Typed path: the f32 copy of the typed output is formed in the dP scratch (free between
+// calls) where it fits, else in a buffer allocated on first use, and copied from there.
 template <class T>
 void Pipeline<T>::download_output(float* out) {
+  const int64_t n = R_ * d_.dm;
   if constexpr (!std::is_same<T, float>::value) {
-    if (out_.empty()) {  // the f32 copy of the typed output, on first use
-      out_.allocate(n_of(R_ * d_.dm), "output");
+    const bool in_scratch = size_t(n) * sizeof(float) <= size_t(R_ * 2 * d_.di) * sizeof(T);
+    if (!in_scratch && out_.empty()) {
+      out_.allocate(n_of(n), "output");
       bytes_ += int64_t(out_.bytes());
     }
-    kern::cast_to_f32<T>(out_typed_.get(), R_ * d_.dm, out_.get(), stream());
+    float* f32 = in_scratch ? reinterpret_cast<float*>(dP_.get()) : out_.get();
+    kern::cast_to_f32<T>(out_typed_.get(), n, f32, stream());
+    MC_CUDA_CHECK(cudaMemcpyAsync(out, f32, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream()),
+                  "download output");
+    MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "download output");
+  } else {
+    out_.download(out, size_t(n), stream());
   }
-  out_.download(out, out_.size(), stream());
 }
 
 template <class T>

@@ -41,8 +41,9 @@
 //   input        X [R, mid] f32 (f32 path); typed path: x_typed [R, mid] T only, cast by
 //                upload_input from f32 rows staged in dP (or in an X buffer of their own
 //                when R·mid f32 does not fit in dP); d_out [R, dm] f32
-//   output       out [R, dm] f32 (f32 path: the norm_f output; typed path: allocated
-//                on the first download_output), out_typed [R, dm] T
+//   output       out [R, dm] f32 (f32 path: the norm_f output; typed path: out_typed
+//                [R, dm] T, whose f32 copy download_output forms in dP, or in an out
+//                buffer allocated on first use where R·dm f32 does not fit in dP)
 //   target       allocated on first use: its own input, residual, state, post_norm,
 //                proj, xdbl, y and output; the layer scratch is shared
 // Everything that mamba-rs keeps f32 in its mixed path stays f32 here too

@@ -114,7 +114,7 @@ __device__ __forceinline__ float row_inverse_rms(float total, int64_t D, float e
 // registers. The sum of squares runs over the lane's elements ascending, as in the
 // streaming kernel below, so both give the same bits.
 template <class T, NormPre kPre, int KR>
-__global__ void __launch_bounds__(32 * kNormRowsPerBlock)
+__global__ void __launch_bounds__(32 * kNormRowsPerBlock, KR <= 24 ? 3 : 1)  // 3 blocks/SM at <= 80 regs
     rmsnorm_fwd_regs_kernel(NormFwdArgs<T> a) {
   const int lane = int(threadIdx.x & 31);
   const int64_t D = a.D;
