@@ -2,8 +2,13 @@
 // One block per tile of (b, 64-step chunk, 128 channels): the tile's input rows
 // are staged through shared memory (cp.async, 16-byte pieces where the rows are
 // aligned), then one thread per channel walks the chunk. Register windows are
-// unrolled to kMaxDConv with guards on the runtime dc, so one kernel serves
-// every dc in 1..8 without local-memory arrays.
+// unrolled at compile time: an exact instance for d_conv 4 (no tap guards) and a
+// wide one (kMaxDConv registers, guards on the runtime dc) for every other dc in
+// 1..8, so no window lives in local memory. The backward is also compiled per
+// source of its windows (saved, or rebuilt from xb and the incoming state) and
+// per optional second upstream gradient, and walks its chunk in three runs (the
+// steps that see the final state's gradient, the main run, the steps whose next
+// tap comes from the incoming state), so its main run tests nothing at run time.
 // Explicit instantiations for float, __nv_bfloat16 and __half.
 #include "kernels/conv.cuh"
 
