@@ -180,9 +180,13 @@ void Pipeline<T>::set_final_state_grads(const float* d_conv, const float* d_ssm)
 // checked there when the finite check is on, and is cast to the typed copy at once; the
 // forward reads only the copy. f32 path: X itself is the input.
 template <class T>
+bool Pipeline<T>::f32_fits_in_dP(int64_t n) const {
+  return size_t(n) * sizeof(float) <= size_t(R_ * 2 * d_.di) * sizeof(T);
+}
+
+template <class T>
 bool Pipeline<T>::x_staged_in_scratch() const {
-  return !std::is_same<T, float>::value &&
-         size_t(R_ * d_.mid) * sizeof(float) <= size_t(R_ * 2 * d_.di) * sizeof(T);
+  return !std::is_same<T, float>::value && f32_fits_in_dP(R_ * d_.mid);
 }
 
 template <class T>
@@ -212,7 +216,7 @@ template <class T>
 void Pipeline<T>::download_output(float* out) {
   const int64_t n = R_ * d_.dm;
   if constexpr (!std::is_same<T, float>::value) {
-    const bool in_scratch = size_t(n) * sizeof(float) <= size_t(R_ * 2 * d_.di) * sizeof(T);
+    const bool in_scratch = f32_fits_in_dP(n);
     if (!in_scratch && out_.empty()) {
       out_.allocate(n_of(n), "output");
       bytes_ += int64_t(out_.bytes());

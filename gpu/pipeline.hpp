@@ -176,6 +176,7 @@ class Pipeline final : public PipelineBase {
   const float* a_neg(int l) const { return a_neg_.get() + int64_t(l) * d_.di * d_.ds; }
   const T* x_typed() const;                // the (typed) input of input_proj
   bool x_staged_in_scratch() const;        // typed path: X's f32 upload goes through dP
+  bool f32_fits_in_dP(int64_t n) const;    // n f32 values fit in the dP scratch
   T* out_typed();                          // norm_f output
   const T* typed_copy_of_dH();             // B0: q(dH) (the f32 dH itself for float)
   T* typed_dH_out();                       // where an RMSNorm backward writes q(dH) (or null)
