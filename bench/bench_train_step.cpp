@@ -504,9 +504,10 @@ int main_impl(int argc, char** argv) {
               "                     bf16 GEMM tier (default tensor-core)\n"
               "  --reps=N           eager, graph and phase-timed steps per row (default 10, "
               "--quick 3)\n"
-              "  --scan-partial-budget=BYTES\n"
+              "  --scan-partial-budget=BYTES|fit\n"
               "                     most bytes of the scan backward's dB/dC partials (more\n"
-              "                     segments, the same bits; default 0 = the scan's 1 GiB)\n" +
+              "                     segments, the same bits; default 0 = the scan's 1 GiB;\n"
+              "                     fit = as many as fit in the scratch the workspace shares)\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
@@ -518,8 +519,13 @@ int main_impl(int argc, char** argv) {
   const gpu::TypedGemm typed = gpu::parse_typed_gemm(
       g.flags.get_string("typed-gemm", "tensor-core", {"tensor-core", "strict"}));
   g.reps = int(g.flags.get_int("reps", g.flags.quick ? 3 : 10, 1, 1000));
-  g.scan_partial_budget =
-      size_t(g.flags.get_int("scan-partial-budget", 0, 0, (long long)(1) << 40));
+  {  // BYTES, or "fit": the partials sized to the scratch they share (gpu::kScanPartialsFitScratch)
+    const auto it = g.flags.values.find("scan-partial-budget");
+    g.scan_partial_budget =
+        it != g.flags.values.end() && it->second == "fit"
+            ? gpu::kScanPartialsFitScratch
+            : size_t(g.flags.get_int("scan-partial-budget", 0, 0, (long long)(1) << 40));
+  }
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -572,8 +578,11 @@ int main_impl(int argc, char** argv) {
                              "construction + one step; graph_mem_bytes = the drop across "
                              "capture_step; peak_vs_peer = peak GiB / peer peak GiB");
   AddCustomContext("scan_partial_budget",
-                   g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
-                                         : std::string("0 (the scan's default, 1 GiB)"));
+                   g.scan_partial_budget == gpu::kScanPartialsFitScratch
+                       ? std::string("fit (the largest budget whose workspace fits in the "
+                                     "o_dn|dH_typed scratch it shares)")
+                   : g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
+                                           : std::string("0 (the scan's default, 1 GiB)"));
   AddCustomContext("peer", "state-spaces/mamba fast path on an H200 (Mamba block, mamba_inner_fn, "
                            "causal_conv1d, RMSNorm + residual around the mixer, PyTorch 2.11, "
                            "TF32 off), B 8, the step replayed as one CUDA graph (the peer's "

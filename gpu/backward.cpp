@@ -25,7 +25,7 @@ namespace mc::gpu {
 template <class T>
 const T* Pipeline<T>::typed_copy_of_dH() {
   if constexpr (std::is_same<T, float>::value) return dH_.get();
-  else return dH_typed_.get();
+  else return dH_typed();
 }
 
 // Where an RMSNorm backward writes q(dH): the typed copy, or nowhere on the f32 path
@@ -33,7 +33,7 @@ const T* Pipeline<T>::typed_copy_of_dH() {
 template <class T>
 T* Pipeline<T>::typed_dH_out() {
   if constexpr (std::is_same<T, float>::value) return nullptr;
-  else return dH_typed_.get();
+  else return dH_typed();
 }
 
 // One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l. The layer's
@@ -110,8 +110,8 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.dA_log = g(off.a_log);
   sp.dh_final = dh_final;
   sp.dh0 = dh0;
-  sp.workspace = scan_scratch_.get();
-  sp.workspace_bytes = scan_scratch_.bytes();
+  sp.workspace = bwd_region_.get();  // o_dn and dH_typed hold nothing during B3
+  sp.workspace_bytes = bwd_region_.bytes();
   sp.partial_budget = scan_partial_budget_;  // the same value the workspace was sized with
   ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::backward<T>(sp, s);

@@ -32,7 +32,7 @@ LayerActs<T> Pipeline<T>::saved(int l) {
 template <class T>
 LayerScratch<T> Pipeline<T>::scratch() {
   return LayerScratch<T>{u_.get(),  s1_.get(), s2_.get(), s3_.get(),
-                         s4_.get(), du_.get(), dP_.get(), o_dn_.get()};
+                         s4_.get(), du_.get(), dP_.get(), o_dn()};
 }
 
 // F4a: u [R, di] T (scratch) = SiLU(conv(xb) + bias), xb read in place from the
@@ -180,7 +180,6 @@ template <class T>
 void Pipeline<T>::forward() {
   if (!have_params_) throw std::logic_error("Model::forward called before set_params");
   const int64_t R = R_, dm = d_.dm, mid = d_.mid;
-  cudaStream_t s = stream();
   check_external_inputs_forward();
   // input: the typed copy of X, cast at upload (upload_input), saved for the input_proj
   // weight gradient

@@ -93,6 +93,9 @@ const char* cublas_compute_name(GemmTier t);        // "CUBLAS_COMPUTE_32F_PEDAN
 // One sentence for reports: the tier, its compute type and what it means.
 std::string describe(GemmTier t);
 
+// RunOptions::scan_partial_budget: size the scan's dB/dC partials to fit the scratch they share.
+constexpr size_t kScanPartialsFitScratch = ~size_t(0);
+
 struct RunOptions {
   DType dtype = DType::F32;        // storage dtype of the typed activations
   ScanMode scan = ScanMode::Auto;  // Auto = the checkpointed route (core/config.hpp)
@@ -105,6 +108,8 @@ struct RunOptions {
   // default, kern::scan::kDefaultPartialBudget, 1 GiB). A smaller budget runs that backward
   // in more segments of whole chunks with the same bits (test_determinism ScanSegments): at
   // 32 MiB the bf16 768/2048 step takes 60 MB less and runs ~1 % slower (performance-notes.md).
+  // kScanPartialsFitScratch: the largest budget whose workspace fits in the backward scratch
+  // it shares (o_dn and dH_typed, gpu/pipeline.hpp), so that the workspace adds no bytes.
   size_t scan_partial_budget = 0;
   int device = default_device();  // 0 unless select_device() chose another
 };

@@ -22,6 +22,23 @@ namespace {
 
 size_t n_of(int64_t n) { return size_t(n); }
 
+// Byte offsets inside a shared allocation: 256-byte aligned, as cudaMalloc's bases are.
+size_t align_bytes(size_t n) { return (n + 255) / 256 * 256; }
+
+// The largest dB/dC partial budget whose scan backward workspace fits in `bytes`; the scan's
+// default (0) when the budget does not matter (cross-check routes) or when even one chunk per
+// segment does not fit (then the shared region grows to the workspace).
+size_t partial_budget_fitting(const kern::scan::Shape& s, ScanRoute r, size_t bytes) {
+  if (r != ScanRoute::Checkpointed || kern::scan::bwd_workspace_bytes(s, r, 1) > bytes) return 0;
+  size_t lo = 1, hi = kern::scan::kDefaultPartialBudget;  // ws(lo) fits; find the largest that does
+  if (kern::scan::bwd_workspace_bytes(s, r, hi) <= bytes) return hi;
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    (kern::scan::bwd_workspace_bytes(s, r, mid) <= bytes ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 std::string describe(const Dims& d, int64_t B, int64_t T, const RunOptions& opt) {
   std::ostringstream os;
   os << "Model(d_model=" << d.dm << ", d_inner=" << d.di << ", d_state=" << d.ds
@@ -96,7 +113,15 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   if (route_ != ScanRoute::Checkpointed) plan.add(du_, n_of(R * di), "d_delta");
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
-  plan.add(o_dn_, n_of(R * dm), "out_proj_out|d_post_norm");
+  // o_dn | dH_typed, and the scan backward's workspace over both during B3 (pipeline.hpp)
+  dH_typed_offset_ = align_bytes(n_of(R * dm) * sizeof(T));
+  const size_t shared_acts = typed ? dH_typed_offset_ + n_of(R * dm) * sizeof(T) : n_of(R * dm) * sizeof(T);
+  if (opt.scan_partial_budget == kScanPartialsFitScratch)
+    scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, shared_acts);
+  const size_t scan_ws = kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_);
+  plan.add(bwd_region_, std::max(shared_acts, scan_ws),
+           typed ? "out_proj_out|d_post_norm|d_hidden_typed|scan_bwd_workspace"
+                 : "out_proj_out|d_post_norm|scan_bwd_workspace");
   // backward scratch
   plan.add(dH_, n_of(R * dm), "d_hidden");
   const size_t reduce = std::max({kern::rmsnorm_bwd_scratch_floats(R, dm),
@@ -104,11 +129,6 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
                                   kern::column_sum_scratch_floats(R, di),
                                   kern::column_sum_scratch_floats(R, dm), size_t(1)});
   plan.add(reduce_scratch_, reduce, "reduce_scratch");
-  plan.add(scan_scratch_,
-           std::max<size_t>(
-               1, kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_)),
-           "scan_bwd_workspace");
-  if (typed) plan.add(dH_typed_, n_of(R * dm), "d_hidden_typed");
   plan.add(d_dt_in_, n_of(R * dr), "d_dt_in");
   if (route_ != ScanRoute::Checkpointed) {  // the cross-check routes' f32 dB, dC
     plan.add(dB_, n_of(R * ds), "dB");

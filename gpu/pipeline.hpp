@@ -37,7 +37,14 @@
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
-//                assembled into it); reduction and scan scratch
+//                assembled into it); reduction scratch
+//   shared region  o_dn, dH_typed (typed path) and the scan backward's workspace share one
+//                allocation (bwd_region_, max of the two uses): the workspace lives only
+//                inside B3, after B1 has read dH_typed and before B7 writes dN into o_dn,
+//                and o_dn's forward use (F6) ends inside the next norm's forward pass.
+//                With the default partial budget the region is the workspace's size; with
+//                RunOptions::scan_partial_budget = kScanPartialsFitScratch the partials are
+//                budgeted to fit beside nothing else (the region is o_dn + dH_typed).
 //   input        X [R, mid] f32 (f32 path); typed path: x_typed [R, mid] T only, cast by
 //                upload_input from f32 rows staged in dP (or in an X buffer of their own
 //                when R·mid f32 does not fit in dP); d_out [R, dm] f32
@@ -195,7 +202,7 @@ class Pipeline final : public PipelineBase {
   const ScanExp scan_exp_;
   const kern::scan::Shape scan_shape_;
   const size_t scan_saved_floats_;  // per layer
-  const size_t scan_partial_budget_;  // opt.scan_partial_budget (0 = the scan's default)
+  size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)
   const Gemm gemm_;
   FiniteChecker fc_;
   int64_t bytes_ = 0;
@@ -217,11 +224,16 @@ class Pipeline final : public PipelineBase {
   DeviceBuffer<float> hs_, rms_, conv_s0_, scan_saved_, rms_f_;
   DeviceBuffer<T> post_norm_, proj_, xdbl_, y_;
   // layer scratch
-  DeviceBuffer<T> u_, s1_, s2_, s3_, s4_, du_, dP_, o_dn_;
+  DeviceBuffer<T> u_, s1_, s2_, s3_, s4_, du_, dP_;
   // backward scratch
   DeviceBuffer<float> dH_, dB_, dC_, reduce_scratch_;  // dB, dC: cross-check routes only
-  DeviceBuffer<unsigned char> scan_scratch_;
-  DeviceBuffer<T> dH_typed_, d_dt_in_, dxdbl_;
+  DeviceBuffer<T> d_dt_in_, dxdbl_;
+  // o_dn [R, dm] T at 0, dH_typed [R, dm] T (typed path) at dH_typed_offset_, and the scan
+  // backward's workspace over all of it during B3 (the header's "shared region")
+  DeviceBuffer<unsigned char> bwd_region_;
+  size_t dH_typed_offset_ = 0;
+  T* o_dn() const { return reinterpret_cast<T*>(bwd_region_.get()); }
+  T* dH_typed() const { return reinterpret_cast<T*>(bwd_region_.get() + dH_typed_offset_); }
   // target forward (lazy)
   std::unique_ptr<TargetBuffers<T>> tgt_;
 };

@@ -374,7 +374,8 @@ INSTANTIATE_TEST_SUITE_P(Routes, UnderLoad, ::testing::ValuesIn(det::routes()), 
 // =========================================================================================
 
 // The checkpointed routes with a dB/dC partial budget of one byte (one chunk per segment:
-// 19 backward launches at T 300) give the bits of the default budget (one launch), forward
+// 19 backward launches at T 300), and with the budget fitted to the scratch the workspace
+// shares (kScanPartialsFitScratch), give the bits of the default budget (one launch), forward
 // and backward: RunOptions::scan_partial_budget trades memory for launches, never bits.
 class ScanSegments : public GpuTest, public ::testing::WithParamInterface<Route> {};
 
@@ -388,15 +389,20 @@ TEST_P(ScanSegments, PartialBudgetDoesNotChangeBits) {
   };
   ASSERT_EQ(segments(0), 1) << "the default budget should run one segment here";
   ASSERT_GT(segments(1), 2);
-  RerunChecker both(det::route_name(r) + " default budget vs one chunk per segment");
-  for (size_t budget : {size_t(0), size_t(1)}) {
+  RerunChecker both(det::route_name(r) +
+                    " default budget vs one chunk per segment vs the budget that fits the shared scratch");
+  int64_t bytes_default = 0, bytes_fit = 0;
+  for (size_t budget : {size_t(0), size_t(1), gpu::kScanPartialsFitScratch}) {
     gpu::RunOptions o = det::options(r, device());
     o.scan_partial_budget = budget;
     gpu::Model m(in.cfg, in.B, in.T, o);
+    (budget == 0 ? bytes_default : bytes_fit) = m.device_bytes_allocated();
     both.add_run(det::route_tensors(r, in, check::run_forward_backward(m, in)));
   }
   std::cout << "  " << both.report() << "\n";
   EXPECT_TRUE(both.identical()) << both.report();
+  // the fitted budget never costs memory: its workspace lives inside o_dn | dH_typed
+  EXPECT_LE(bytes_fit, bytes_default);
 }
 
 std::vector<Route> checkpointed_routes() {
