@@ -451,6 +451,50 @@ std::vector<float> in_x_half(const std::vector<float>& v, int64_t rows, int64_t 
   return out;
 }
 
+// The tensors of the training step's conv backward, in the order the two tests below declare
+// them: xb and dxb in the x half of [x | z] rows (row stride 2·di), the incoming state S0,
+// the saved pc and windows (read only when not rebuilding), du, the final state's upstream
+// gradient d_state_T, and the accumulated dw, dbias and the written d_state0.
+struct StridedConvBwdTensors {
+  mc::testing::Tensor<mc::testing::Typed> xs;
+  mc::testing::Tensor<mc::testing::F32> s0, bias, w;
+  mc::testing::Tensor<mc::testing::Typed> pc;
+  mc::testing::Tensor<mc::testing::F32> win;
+  mc::testing::Tensor<mc::testing::Typed> du;
+  mc::testing::Tensor<mc::testing::F32> dsT;
+  mc::testing::Tensor<mc::testing::Typed> dxs;
+  mc::testing::Tensor<mc::testing::F32> dw, db, ds0;
+};
+
+// ConvBwdParams over those tensors on the device side d. rebuild: pc and the windows null
+// (the kernel forms them from xb and S0), else the saved ones. du_add stays null (du alone).
+template <class T, class Dev>
+kern::ConvBwdParams<T> strided_conv_bwd_params(const Dev& d, const StridedConvBwdTensors& t,
+                                               const ConvShape& sh, bool rebuild,
+                                               float* scratch) {
+  kern::ConvBwdParams<T> cp;
+  cp.du = d[t.du];
+  cp.pc = rebuild ? nullptr : d[t.pc];
+  cp.windows = rebuild ? nullptr : d[t.win];
+  cp.xb = d[t.xs];
+  cp.ld_x = 2 * sh.di;
+  cp.s0 = d[t.s0];
+  cp.bias = d[t.bias];
+  cp.w = d[t.w];
+  cp.B = sh.B;
+  cp.seq_len = sh.T;
+  cp.di = sh.di;
+  cp.dc = sh.dc;
+  cp.dxb = d[t.dxs];
+  cp.ld_dx = 2 * sh.di;
+  cp.dw = d[t.dw];
+  cp.dbias = d[t.db];
+  cp.d_state0 = d[t.ds0];
+  cp.d_state_T = d[t.dsT];
+  cp.scratch = scratch;
+  return cp;
+}
+
 // The training step's conv backward: no saved windows or pc — both rebuilt from xb (read in
 // place, row stride 2·di) and the incoming state S0; dxb written through the same stride.
 // The device forms pc as an FMA chain (bias, then tap k = 0..dc−1) rounded to T; the saved
@@ -482,28 +526,10 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardRebuildingWindowsFromXb) {
     const auto db = tb.inout("conv_bwd_rebuild.dbias", uniform(di, 178 + di, -0.5, 0.5));
     const auto ds0 = tb.out("conv_bwd_rebuild.d_state0", B * di * dc);
     float* scratch = tb.scratch(kern::conv1d_silu_bwd_scratch_floats(B, T, di, dc));
+    const StridedConvBwdTensors io{xs, s0, bias, w, pc, win, du, dsT, dxs, dw, db, ds0};
     const auto bwd = [&](auto& d, bool rebuild) {
-      kern::ConvBwdParams<TypeParam> cp;
-      cp.du = d[du];
-      cp.pc = rebuild ? nullptr : d[pc];
-      cp.windows = rebuild ? nullptr : d[win];
-      cp.xb = d[xs];
-      cp.ld_x = 2 * di;
-      cp.s0 = d[s0];
-      cp.bias = d[bias];
-      cp.w = d[w];
-      cp.B = B;
-      cp.seq_len = T;
-      cp.di = di;
-      cp.dc = dc;
-      cp.dxb = d[dxs];
-      cp.ld_dx = 2 * di;
-      cp.dw = d[dw];
-      cp.dbias = d[db];
-      cp.d_state0 = d[ds0];
-      cp.d_state_T = d[dsT];
-      cp.scratch = scratch;
-      kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
+      kern::conv1d_silu_bwd<TypeParam>(
+          strided_conv_bwd_params<TypeParam>(d, io, sh, rebuild, scratch), d.s);
     };
     tb.run([&](auto& h) {
       using S = std::remove_pointer_t<decltype(h[dw])>;
@@ -551,29 +577,12 @@ TYPED_TEST(StepParity, Conv1dSiluBackwardWithAddedUpstream) {
     float* scratch = tb.scratch(kern::conv1d_silu_bwd_scratch_floats(B, T, di, dc));
     // fused: du_add given to the kernel; else add_inplace(du, du_add) first (the testbed
     // uploads every input afresh for each launch, so du may be overwritten)
+    const StridedConvBwdTensors io{xs, s0, bias, w, pc, win, du, dsT, dxs, dw, db, ds0};
     const auto bwd = [&](auto& d, bool rebuild, bool fused) {
       if (!fused) kern::add_inplace<TypeParam>(d[du], d[du_add], n, d.s);
-      kern::ConvBwdParams<TypeParam> cp;
-      cp.du = d[du];
+      kern::ConvBwdParams<TypeParam> cp =
+          strided_conv_bwd_params<TypeParam>(d, io, sh, rebuild, scratch);
       cp.du_add = fused ? d[du_add] : nullptr;
-      cp.pc = rebuild ? nullptr : d[pc];
-      cp.windows = rebuild ? nullptr : d[win];
-      cp.xb = d[xs];
-      cp.ld_x = 2 * di;
-      cp.s0 = d[s0];
-      cp.bias = d[bias];
-      cp.w = d[w];
-      cp.B = B;
-      cp.seq_len = T;
-      cp.di = di;
-      cp.dc = dc;
-      cp.dxb = d[dxs];
-      cp.ld_dx = 2 * di;
-      cp.dw = d[dw];
-      cp.dbias = d[db];
-      cp.d_state0 = d[ds0];
-      cp.d_state_T = d[dsT];
-      cp.scratch = scratch;
       kern::conv1d_silu_bwd<TypeParam>(cp, d.s);
     };
     tb.run([&](auto& h) {
