@@ -166,6 +166,11 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   cp.scratch = reduce_scratch_.get();
   kern::conv1d_silu_bwd<T>(cp, s);
   fc_.check("B6 conv1d_silu", l, "d_in_proj_out", dP, R * 2 * di);  // [dxb | dz]
+  // F1 again for B7: post_norm N = q(RMSNorm(H_l)) into its slot (not saved, pipeline.hpp),
+  // from the layer input the forward saved, by the same kernel arithmetic as F1 (the rms
+  // it recomputes goes to scratch; B8 reads the saved one)
+  kern::rmsnorm_fwd<T>(hs(l), p(off.norm_w), R, dm, d_.eps, a.post_norm, reduce_scratch_.get(), s);
+  fc_.check("B7 rmsnorm rebuilt", l, "post_norm", a.post_norm, R * dm);
   // B7 in_proj: dN = dP·W_inᵀ, dW_in += Nᵀ·dP
   gemm_.input_grad<T, T>(layer + "in_proj dX", dP, w(off.in_proj_w), dN, R, dm, 2 * di);
   gemm_.weight_grad<T>(layer + "in_proj dW", a.post_norm, dm, dP, g(off.in_proj_w), R, dm,
@@ -180,15 +185,20 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
 template <class T>
 void Pipeline<T>::backward(bool want_d_input) {
   if (!have_forward_) throw std::logic_error("Model::backward called before forward");
+  if (!z_saved_)  // pipeline.hpp, "shared region"
+    throw std::logic_error(
+        "Model::backward called twice after one forward: the norm_f input the forward saved "
+        "shares its memory with the scan backward's workspace and is gone; run forward again");
   const int64_t R = R_, dm = d_.dm, mid = d_.mid;
   cudaStream_t s = stream();
   fc_.check("input", -1, "d_out", d_out_.get(), R * dm);
   grads_.zero(s);
   // norm_f backward, pure f32: dH := ∂L/∂Z (and its typed copy, B0 of the last layer)
-  kern::rmsnorm_bwd<float, T>(d_out_.get(), hs(int(d_.L)), p(lay_.norm_f_w), rms_f_.get(), R,
+  kern::rmsnorm_bwd<float, T>(d_out_.get(), norm_f_input(), p(lay_.norm_f_w), rms_f_.get(), R,
                               dm, dH_.get(), g(lay_.norm_f_w), reduce_scratch_.get(), s,
                               typed_dH_out());
   fc_.check("norm_f backward", -1, "d_hidden", dH_.get(), R * dm);
+  z_saved_ = false;  // the first B3 writes its workspace over Z
   for (int l = int(d_.L) - 1; l >= 0; --l) layer_backward(l, dH_.get());
   // input_proj from q(∂L/∂H0): dW, db (column sums of the typed copy), optional dX
   const T* dHt = typed_copy_of_dH();

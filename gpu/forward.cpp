@@ -21,7 +21,7 @@ template <class T>
 LayerActs<T> Pipeline<T>::saved(int l) {
   const int64_t R = R_, di = d_.di;
   return LayerActs<T>{rms_.get() + int64_t(l) * R,
-                      post_norm_.get() + int64_t(l) * R * d_.dm,
+                      post_norm_slot(),  // not saved: B7 rebuilds it (pipeline.hpp)
                       proj_.get() + int64_t(l) * R * 2 * di,
                       conv_s0_.get() + int64_t(l) * B_ * di * d_.dc,
                       xdbl_.get() + int64_t(l) * R * d_.xd,
@@ -189,12 +189,13 @@ void Pipeline<T>::forward() {
                           dm);
   PendingAdd pend{hs(0), input_proj_bias(hs(0)), -1};
   for (int l = 0; l < int(d_.L); ++l)
-    pend = layer_forward(l, saved(l), pend, hs(l + 1), conv_state(l, conv_state_.get()),
+    pend = layer_forward(l, saved(l), pend, residual_after(l), conv_state(l, conv_state_.get()),
                          ssm_state(l, ssm_state_.get()));
   // norm_f on all positions
   norm_with_pending(pend, p(lay_.norm_f_w), out_typed(), rms_f_.get());
   fc_.check("norm_f", -1, "output", out_typed(), R * dm);
   have_forward_ = true;
+  z_saved_ = true;
   have_d_input_ = false;
 }
 

@@ -178,7 +178,9 @@ class Model {
   // Training forward: X [B*T, mid] -> out [B*T, dm]; saves activations;
   // carries the recurrent state (read as initial, written as final).
   void forward(const std::vector<float>& X, std::vector<float>& out);
-  // Backward of the last forward: d_out [B*T, dm] -> grads [total] (zeroed
+  // Backward of the last forward (once: a second backward needs a new forward, since
+  // the saved norm_f input shares memory with the backward's scratch; std::logic_error
+  // otherwise): d_out [B*T, dm] -> grads [total] (zeroed
   // first, then accumulated), and if RunOptions::state_grads, d_conv0
   // [L, B, di, dc] and d_ssm0 [L, B, di, ds]. d_input (optional, [B*T, mid]).
   void backward(const std::vector<float>& d_out, std::vector<float>& grads,

@@ -95,12 +95,11 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
     plan.add(out_, n_of(R * dm), "output");
   }
   // saved activations
-  plan.add(hs_, n_of((L + 1) * R * dm), "residual_stream");
+  plan.add(hs_, n_of(L * R * dm), "residual_stream");  // Z lives in the shared region
   plan.add(rms_, n_of(L * R), "rms");
   plan.add(conv_s0_, n_of(L * B * di * dc), "incoming_conv_state");
   plan.add(scan_saved_, n_of(L) * scan_saved_floats_, "scan_saved_states");
   plan.add(rms_f_, n_of(R), "norm_f_rms");
-  plan.add(post_norm_, n_of(L * R * dm), "post_norm");
   plan.add(proj_, n_of(L * R * 2 * di), "in_proj_out");
   plan.add(xdbl_, n_of(L * R * xd), "xdbl");
   plan.add(y_, n_of(L * R * di), "scan_y");
@@ -113,18 +112,20 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   if (route_ != ScanRoute::Checkpointed) plan.add(du_, n_of(R * di), "d_delta");
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
-  // o_dn | dH_typed, and the scan backward's workspace over both during B3 (pipeline.hpp)
+  // o_dn | dH_typed | Z, and the scan backward's workspace over them during B3 (pipeline.hpp)
   dH_typed_offset_ = align_bytes(n_of(R * dm) * sizeof(T));
-  const size_t shared_acts = typed ? dH_typed_offset_ + n_of(R * dm) * sizeof(T) : n_of(R * dm) * sizeof(T);
+  z_offset_ = typed ? dH_typed_offset_ + align_bytes(n_of(R * dm) * sizeof(T)) : dH_typed_offset_;
+  const size_t shared_acts = z_offset_ + n_of(R * dm) * sizeof(float);
   if (opt.scan_partial_budget == kScanPartialsFitScratch)
     scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, shared_acts);
   const size_t scan_ws = kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_);
   plan.add(bwd_region_, std::max(shared_acts, scan_ws),
-           typed ? "out_proj_out|d_post_norm|d_hidden_typed|scan_bwd_workspace"
-                 : "out_proj_out|d_post_norm|scan_bwd_workspace");
+           typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace"
+                 : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace");
   // backward scratch
   plan.add(dH_, n_of(R * dm), "d_hidden");
-  const size_t reduce = std::max({kern::rmsnorm_bwd_scratch_floats(R, dm),
+  const size_t reduce = std::max({n_of(R),  // B7's rebuilt post_norm: its rms, unused
+                                  kern::rmsnorm_bwd_scratch_floats(R, dm),
                                   kern::conv1d_silu_bwd_scratch_floats(B, T_len, di, dc),
                                   kern::column_sum_scratch_floats(R, di),
                                   kern::column_sum_scratch_floats(R, dm), size_t(1)});

@@ -13,11 +13,12 @@
 //                GEMM weights are read from it)
 //   state        conv [L, B, di, dc], ssm [L, B, di, ds] f32 (persistent, carried);
 //                d_conv0 / d_ssm0 of the same shapes when state_grads
-//   saved        hs [L+1, R, dm] f32 (hs[l] = layer l's input H_l, hs[L] = norm_f input Z),
+//   saved        hs [L, R, dm] f32 (hs[l] = layer l's input H_l; the norm_f input Z [R, dm]
+//                f32 is kept in the shared region below until the backward's norm_f step),
 //                rms [L, R] f32, conv_s0 [L, B, di, dc] f32 (each layer's incoming conv
 //                state), scan_saved [L, saved] f32 (the scan route's saved states:
 //                checkpoints [B, n_ckpt, di, ds], or h_saved [B, T+1, di, ds] on the
-//                cross-check routes), rms_f [R] f32; post_norm [L, R, dm] T,
+//                cross-check routes), rms_f [R] f32;
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
 //                y [L, R, di] T (scan output before gating)
@@ -38,13 +39,18 @@
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
 //                assembled into it); reduction scratch
-//   shared region  o_dn, dH_typed (typed path) and the scan backward's workspace share one
-//                allocation (bwd_region_, max of the two uses): the workspace lives only
-//                inside B3, after B1 has read dH_typed and before B7 writes dN into o_dn,
-//                and o_dn's forward use (F6) ends inside the next norm's forward pass.
-//                With the default partial budget the region is the workspace's size; with
+//   shared region  [o_dn | dH_typed (typed path) | Z] and the scan backward's workspace
+//                share one allocation (bwd_region_, the larger of the two uses): the
+//                workspace lives only inside B3, after B1 has read dH_typed and before B7
+//                writes dN into o_dn; o_dn's forward use (F6) ends inside the next norm's
+//                forward pass; Z, written by norm_f's forward pass, is read by the norm_f
+//                backward, before any B3. So the first B3 ends Z's life: a backward needs
+//                the forward before it (Pipeline::backward refuses a second one). Before Z
+//                is formed and after it is read, the Z slot holds a layer's post_norm [R, dm]
+//                T (not saved): written by F1 for F2, rebuilt before B7 for in_proj's dW by
+//                the same RMSNorm forward on the saved layer input (the same bits). With
 //                RunOptions::scan_partial_budget = kScanPartialsFitScratch the partials are
-//                budgeted to fit beside nothing else (the region is o_dn + dH_typed).
+//                budgeted to fit in the activations' part of the region.
 //   input        X [R, mid] f32 (f32 path); typed path: x_typed [R, mid] T only, cast by
 //                upload_input from f32 rows staged in dP (or in an X buffer of their own
 //                when R·mid f32 does not fit in dP); d_out [R, dm] f32
@@ -104,7 +110,7 @@ std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const Para
 template <class T>
 struct LayerActs {
   float* rms;         // [R]
-  T* post_norm;       // [R, dm]
+  T* post_norm;       // [R, dm] (training path: not saved, in the shared region's Z slot)
   T* proj;            // [R, 2di]: [xb | z]
   float* conv_s0;     // [B, di, dc] copy of the incoming conv state (nullptr = not saved)
   T* xdbl;            // [R, xd]
@@ -222,18 +228,24 @@ class Pipeline final : public PipelineBase {
   DeviceBuffer<T> x_typed_, out_typed_;
   // saved activations
   DeviceBuffer<float> hs_, rms_, conv_s0_, scan_saved_, rms_f_;
-  DeviceBuffer<T> post_norm_, proj_, xdbl_, y_;
+  DeviceBuffer<T> proj_, xdbl_, y_;
   // layer scratch
   DeviceBuffer<T> u_, s1_, s2_, s3_, s4_, du_, dP_;
   // backward scratch
   DeviceBuffer<float> dH_, dB_, dC_, reduce_scratch_;  // dB, dC: cross-check routes only
   DeviceBuffer<T> d_dt_in_, dxdbl_;
-  // o_dn [R, dm] T at 0, dH_typed [R, dm] T (typed path) at dH_typed_offset_, and the scan
-  // backward's workspace over all of it during B3 (the header's "shared region")
+  // o_dn [R, dm] T at 0, dH_typed [R, dm] T (typed path) at dH_typed_offset_, the norm_f
+  // input Z [R, dm] f32 at z_offset_, and the scan backward's workspace over all of it
+  // during B3 (the header's "shared region")
   DeviceBuffer<unsigned char> bwd_region_;
-  size_t dH_typed_offset_ = 0;
+  size_t dH_typed_offset_ = 0, z_offset_ = 0;
+  bool z_saved_ = false;  // Z holds the last forward's norm_f input (no B3 has run since)
   T* o_dn() const { return reinterpret_cast<T*>(bwd_region_.get()); }
   T* dH_typed() const { return reinterpret_cast<T*>(bwd_region_.get() + dH_typed_offset_); }
+  float* norm_f_input() const { return reinterpret_cast<float*>(bwd_region_.get() + z_offset_); }
+  T* post_norm_slot() const { return reinterpret_cast<T*>(bwd_region_.get() + z_offset_); }
+  // where layer l's F6 residual sum goes: the next layer's input, or Z after the last layer
+  float* residual_after(int l) const { return l + 1 < d_.L ? hs(l + 1) : norm_f_input(); }
   // target forward (lazy)
   std::unique_ptr<TargetBuffers<T>> tgt_;
 };

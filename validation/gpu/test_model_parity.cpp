@@ -9,10 +9,13 @@
 // e_P is the baseline error: the float instantiation of the same oracle, and
 // (model_harness.hpp explains why) the worst of it and 8 Monte Carlo
 // arithmetic runs of the oracle. Also: the target forward,
-// state carry across consecutive forward calls, and refusal of d_state 257 /
+// state carry across consecutive forward calls, one backward per forward (a second
+// one refused, a new forward reproducing the step bitwise), and refusal of d_state 257 /
 // d_conv 9 with a ConfigError naming the field.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -277,6 +280,44 @@ TEST_F(ModelParity, StateCarryShortSegment) {
   const ModelConfig c = make_cfg(16, 16, 4, 2, 2, 8);
   for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel})
     check_state_carry(c, 3, 2, 9, 403, m, false);
+}
+
+// ---- one backward per forward ---------------------------------------------------
+
+// The saved norm_f input shares memory with the scan backward's workspace
+// (gpu/pipeline.hpp, "shared region"), so a second backward after one forward is refused
+// with a logic_error naming the cause, and a new forward makes the next backward work:
+// it reproduces the first step's output and gradients bit for bit (same params, state
+// and inputs), on both storage paths.
+TEST_F(ModelParity, SecondBackwardNeedsItsOwnForward) {
+  const ModelInputs in = make_inputs(kBackbone, 2, 23, 501);
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(to_string(t));
+    gpu::RunOptions opt;
+    opt.dtype = t;
+    gpu::Model m(in.cfg, in.B, in.T, opt);
+    m.set_params(in.params);
+    std::vector<float> out1, grads1, out2, grads2, again;
+    m.set_state(in.conv0, in.ssm0);
+    m.forward(in.X, out1);
+    m.backward(in.d_out, grads1);
+    try {
+      m.backward(in.d_out, again);
+      ADD_FAILURE() << "a second backward after one forward was not refused";
+    } catch (const std::logic_error& e) {
+      const std::string msg = e.what();
+      std::cout << "refused: " << msg << "\n";
+      EXPECT_NE(msg.find("twice"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("forward again"), std::string::npos) << msg;
+    }
+    m.set_state(in.conv0, in.ssm0);
+    m.forward(in.X, out2);
+    m.backward(in.d_out, grads2);
+    ASSERT_EQ(out1.size(), out2.size());
+    ASSERT_EQ(grads1.size(), grads2.size());
+    EXPECT_EQ(0, std::memcmp(out1.data(), out2.data(), out1.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(grads1.data(), grads2.data(), grads1.size() * sizeof(float)));
+  }
 }
 
 // ---- refusals -------------------------------------------------------------------
