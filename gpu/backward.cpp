@@ -37,10 +37,10 @@ T* Pipeline<T>::typed_dH_out() {
 }
 
 // One layer, B0–B8. dH [R, dm] f32: in ∂L/∂H_{l+1}, out ∂L/∂H_l. The layer's
-// u, Δraw, Δ and gated output are first recomputed from the saved in_proj
-// output, incoming conv state, xdbl and scan output with the forward's own
-// kernels (bit-identical values); the lifetimes of the scratch buffers are
-// tabled in pipeline.hpp.
+// u, Δ and gated output are first recomputed from the saved in_proj output,
+// incoming conv state, xdbl and scan output with the forward's own kernels
+// (bit-identical values), and B4 forms the dt_proj GEMM again for Δraw; the
+// lifetimes of the scratch buffers are tabled in pipeline.hpp.
 template <class T>
 void Pipeline<T>::layer_backward(int l, float* dH) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
@@ -50,24 +50,24 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
   T* U = sc.u;            // recomputed u: -> B3, B5
-  T* draw = sc.s1;        // recomputed Δraw: -> B4
-  T* delta = sc.s2;       // recomputed Δ: -> B3
-  T* gated = sc.s3;       // recomputed gated output: -> B1
-  T* dG = sc.s4;          // B1 -> B2
-  T* dY = sc.s3;          // B2 -> B3
-  T* dU = sc.s4;          // B3 -> B6
+  T* delta = sc.s1;       // recomputed Δ: -> B3
+  T* gated = sc.s2;       // recomputed gated output: -> B1
+  T* dG = sc.s3;          // B1 -> B2
+  T* dY = sc.s2;          // B2 -> B3
+  T* dU = sc.s3;          // B3 -> B6
   // B3 -> B4: written over Δ by the checkpointed scan (scan.hpp allows it there); the
   // cross-check routes need a buffer of their own
-  T* d_delta = route_ == ScanRoute::Checkpointed ? sc.s2 : sc.du;
-  T* d_draw = sc.s3;      // B4
-  T* dU_x = sc.s2;        // B5 -> B6
+  T* d_delta = route_ == ScanRoute::Checkpointed ? sc.s1 : sc.du;
+  float* b4_acc = dt_acc_at_b4();  // B4: the dt_proj GEMM again, in the shared region
+  T* d_draw = sc.s2;      // B4
+  T* dU_x = sc.s1;        // B5 -> B6
   T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2, dxb from B6, read by B7
   T* dN = sc.o_dn;        // B7 -> B8
   T* dxdbl = dxdbl_.get();
 
   // Recompute: F4a (no state written), F4c, F4e
   conv_forward(l, a.proj, a.conv_s0, /*final_state=*/nullptr);
-  delta_forward(l, a.xdbl, /*keep_raw=*/true);
+  delta_forward(l, a.xdbl);
   kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
   // B0
   const T* dHt = typed_copy_of_dH();
@@ -119,8 +119,12 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
   fc_.check("B3 scan", l, "d_u", dU, R * di);
   // B4 softplus + dt_proj (dt_in read in place from xdbl, row stride xd); the
-  // dt_in gradient is copied into the first dr columns of d_xdbl
-  kern::softplus_bwd<T>(draw, d_delta, R * di, d_draw, s);
+  // dt_in gradient is copied into the first dr columns of d_xdbl. Δraw is not kept:
+  // the dt_proj GEMM runs again (F4c's call, the same bits) into the shared region,
+  // which holds nothing from the end of B3 to B7, and the softplus backward forms
+  // q(acc + b_dt) as F4c did.
+  dt_proj_acc(l, a.xdbl, b4_acc);
+  kern::softplus_bias_bwd<T>(b4_acc, p(off.dt_proj_b), R, di, d_delta, d_draw, s);
   fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
   gemm_.input_grad<T, T>(layer + "dt_proj dX", d_draw, w(off.dt_proj_w), d_dt_in_.get(), R, dr,
                          di);

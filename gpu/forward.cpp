@@ -31,8 +31,7 @@ LayerActs<T> Pipeline<T>::saved(int l) {
 
 template <class T>
 LayerScratch<T> Pipeline<T>::scratch() {
-  return LayerScratch<T>{u_.get(),  s1_.get(), s2_.get(), s3_.get(),
-                         s4_.get(), du_.get(), dP_.get(), o_dn()};
+  return LayerScratch<T>{u_.get(), s1_.get(), s2_.get(), s3_.get(), du_.get(), dP_.get(), o_dn()};
 }
 
 // F4a: u [R, di] T (scratch) = SiLU(conv(xb) + bias), xb read in place from the
@@ -57,21 +56,25 @@ void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* fin
   kern::conv1d_silu_fwd<T>(cp, stream());
 }
 
-// F4c: Δraw = q(dt_in·W_dt + b_dt) -> scratch s1 (only with keep_raw: the backward's
-// recompute, whose B4 reads it), Δ = q(softplus(Δraw)) -> scratch s2 [R, di] T. dt_in is
-// read in place from xdbl [R, xd] (row stride xd); the GEMM result is an f32 accumulator
-// inside the dP scratch, the bias added in f32 before the one rounding.
+// The dt_proj GEMM: acc [R, di] f32 = dt_in·W_dt, dt_in read in place from xdbl [R, xd]
+// (row stride xd). F4c forms it in the dP scratch; B4 forms it again (the same call, the
+// same bits) in the shared region, because Δraw = q(acc + b_dt) is not kept.
 template <class T>
-void Pipeline<T>::delta_forward(int l, const T* xdbl, bool keep_raw) {
+void Pipeline<T>::dt_proj_acc(int l, const T* xdbl, float* acc) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
-  const int64_t R = R_, di = d_.di;
-  const LayerScratch<T> sc = scratch();
   gemm_.forward<T, float>("layer " + std::to_string(l) + " dt_proj", xdbl, d_.xd,
-                          w(off.dt_proj_w), sc.acc(), di, R, d_.dr, di);
-  kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R, di, keep_raw ? sc.s1 : nullptr,
-                             sc.s2, stream());
-  if (keep_raw) fc_.check("F4c dt_proj_softplus", l, "delta_raw", sc.s1, R * di);
-  fc_.check("F4c dt_proj_softplus", l, "delta", sc.s2, R * di);
+                          w(off.dt_proj_w), acc, d_.di, R_, d_.dr, d_.di);
+}
+
+// F4c: Δ = q(softplus(q(acc + b_dt))) -> scratch s1 [R, di] T, the bias added in f32
+// before Δraw's one rounding; Δraw itself is not stored (B4 re-forms it).
+template <class T>
+void Pipeline<T>::delta_forward(int l, const T* xdbl) {
+  const LayerParamOffsets& off = lay_.layers[size_t(l)];
+  const LayerScratch<T> sc = scratch();
+  dt_proj_acc(l, xdbl, sc.acc());
+  kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R_, d_.di, nullptr, sc.s1, stream());
+  fc_.check("F4c dt_proj_softplus", l, "delta", sc.s1, R_ * d_.di);
 }
 
 // F1 of a layer or norm_f: RMSNorm of in.add.x_out, formed from in.src in the same pass
@@ -137,14 +140,14 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   gemm_.forward<T, T>(layer + "x_proj", sc.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
   fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
   // F4c dt_proj + bias + softplus
-  delta_forward(l, a.xdbl, /*keep_raw=*/false);
+  delta_forward(l, a.xdbl);
   // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
   // state is carried in place (h0 = h_final)
   kern::scan::FwdParams<T> sp;
   sp.shape = scan_shape_;
   sp.route = route_;
   sp.exp = scan_exp_;
-  sp.delta = {sc.s2, di};
+  sp.delta = {sc.s1, di};
   sp.u = {sc.u, di};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
@@ -161,12 +164,12 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
   if (a.scan_saved)
     fc_.check("F4d scan", l, "scan_saved_states", a.scan_saved, int64_t(scan_saved_floats_));
-  // F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch s1
-  // (Δraw is dead after the scan), z read in place from P
-  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s1, s);
-  fc_.check("F4e gating", l, "gated", sc.s1, R * di);
+  // F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch s2,
+  // z read in place from P
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s2, s);
+  fc_.check("F4e gating", l, "gated", sc.s2, R * di);
   // F5 out_proj
-  gemm_.forward<T, T>(layer + "out_proj", sc.s1, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
+  gemm_.forward<T, T>(layer + "out_proj", sc.s2, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
                       dm);
   fc_.check("F5 out_proj", l, "out_proj_out", sc.o_dn, R * dm);
   // F6 residual (f32 + typed -> f32), added by the next norm's pass
@@ -241,7 +244,8 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template LayerActs<T> Pipeline<T>::saved(int);                                       \
   template LayerScratch<T> Pipeline<T>::scratch();                                     \
   template void Pipeline<T>::conv_forward(int, const T*, const float*, float*);        \
-  template void Pipeline<T>::delta_forward(int, const T*, bool);                             \
+  template void Pipeline<T>::dt_proj_acc(int, const T*, float*);                      \
+  template void Pipeline<T>::delta_forward(int, const T*);                             \
   template typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(                \
       int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*);            \
   template void Pipeline<T>::norm_with_pending(const PendingAdd&, const float*, T*,    \

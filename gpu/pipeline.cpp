@@ -105,23 +105,26 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(y_, n_of(L * R * di), "scan_y");
   // layer scratch (lifetimes in pipeline.hpp)
   for (auto [buf, name] :
-       {std::pair{&u_, "u"}, {&s1_, "gated|delta_raw"}, {&s2_, "delta|d_delta|d_u_xproj"},
-        {&s3_, "gated|d_y|d_delta_raw"}, {&s4_, "d_gated|d_u"}})
+       {std::pair{&u_, "u"}, {&s1_, "delta|d_delta|d_u_xproj"}, {&s2_, "gated|d_y|d_delta_raw"},
+        {&s3_, "d_gated|d_u"}})
     plan.add(*buf, n_of(R * di), name);
   // the cross-check routes cannot write dΔ over Δ
   if (route_ != ScanRoute::Checkpointed) plan.add(du_, n_of(R * di), "d_delta");
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
-  // o_dn | dH_typed | Z, and the scan backward's workspace over them during B3 (pipeline.hpp)
+  // o_dn | dH_typed | Z, the scan backward's workspace over them during B3, and B4's f32
+  // dt_proj accumulator (pipeline.hpp)
   dH_typed_offset_ = align_bytes(n_of(R * dm) * sizeof(T));
   z_offset_ = typed ? dH_typed_offset_ + align_bytes(n_of(R * dm) * sizeof(T)) : dH_typed_offset_;
   const size_t shared_acts = z_offset_ + n_of(R * dm) * sizeof(float);
+  const size_t b4_acc = n_of(R * di) * sizeof(float);
+  const size_t region_floor = std::max(shared_acts, b4_acc);  // what the workspace may fill
   if (opt.scan_partial_budget == kScanPartialsFitScratch)
-    scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, shared_acts);
+    scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, region_floor);
   const size_t scan_ws = kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_);
-  plan.add(bwd_region_, std::max(shared_acts, scan_ws),
-           typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace"
-                 : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace");
+  plan.add(bwd_region_, std::max(region_floor, scan_ws),
+           typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace|dt_proj_acc"
+                 : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace|dt_proj_acc");
   // backward scratch
   plan.add(dH_, n_of(R * dm), "d_hidden");
   const size_t reduce = std::max({n_of(R),  // B7's rebuilt post_norm: its rms, unused

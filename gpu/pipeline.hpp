@@ -5,9 +5,9 @@
 //
 // Buffer plan (R = B·T rows; "T" = storage type, f32 otherwise). The forward
 // saves only what the backward cannot cheaply rebuild; the backward recomputes
-// the rest of a layer (the conv output u, Δraw and Δ, the gated output) into
-// one layer's scratch with the same kernels and inputs, so the recomputed
-// values are bit-identical to the forward's.
+// the rest of a layer (the conv output u, Δ, the gated output, and at B4 the
+// dt_proj GEMM for Δraw) into one layer's scratch with the same kernels and
+// inputs, so the recomputed values are bit-identical to the forward's.
 //   parameters   params, grads [total] f32; a_neg [L, di, ds] f32; typed compute
 //                copy of the whole arena [total] T (typed path only; only the
 //                GEMM weights are read from it)
@@ -22,25 +22,28 @@
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
 //                y [L, R, di] T (scan output before gating)
-//   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3, s4
+//   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3
 //                [R, di] T (and du [R, di] T on the cross-check scan routes only) and
 //                dP [R, 2di] T, whose storage also holds the f32 dt_proj accumulator
-//                [R, di] while Δraw is formed; o_dn [R, dm] T (out_proj output, read by
+//                [R, di] while Δ is formed; o_dn [R, dm] T (out_proj output, read by
 //                F6 inside the next norm's pass; then the in_proj input gradient dN).
 //                Lifetimes (F = forward, R = backward recompute, B1–B8 the backward steps):
 //                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
-//                  s1  F: gated            |  R: Δraw -> B4 (softplus_bwd)
-//                  s2  F/R: Δ -> B3; B3: dΔ written over Δ by the checkpointed scan
+//                  s1  F/R: Δ -> B3; B3: dΔ written over Δ by the checkpointed scan
 //                      (du instead on the cross-check routes) -> B4; B5: dU_x -> B6
-//                  s3  R: gated -> B1; B2: dY -> B3; B4: dΔraw
-//                  s4  B1: dG -> B2; B3: dU (scan) -> B6 (which adds dU_x as it reads)
+//                  s2  F: gated -> F5;  R: gated -> B1; B2: dY -> B3; B4: dΔraw
+//                  s3  B1: dG -> B2; B3: dU (scan) -> B6 (which adds dU_x as it reads)
 //                  dP  F/R: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
+//                Δraw [R, di] is never stored: B4 runs the dt_proj GEMM again into the
+//                shared region (f32 acc, free from B3's end to B7) and the softplus
+//                backward forms q(acc + b_dt) from it, as F4c does (the same bits).
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
 //                assembled into it); reduction scratch
-//   shared region  [o_dn | dH_typed (typed path) | Z] and the scan backward's workspace
-//                share one allocation (bwd_region_, the larger of the two uses): the
+//   shared region  [o_dn | dH_typed (typed path) | Z], the scan backward's workspace and
+//                B4's dt_proj accumulator [R, di] f32 share one allocation (bwd_region_,
+//                the largest of the three uses): the
 //                workspace lives only inside B3, after B1 has read dH_typed and before B7
 //                writes dN into o_dn; o_dn's forward use (F6) ends inside the next norm's
 //                forward pass; Z, written by norm_f's forward pass, is read by the norm_f
@@ -121,7 +124,7 @@ struct LayerActs {
 // One layer's scratch (pipeline.hpp's lifetimes table).
 template <class T>
 struct LayerScratch {
-  T *u, *s1, *s2, *s3, *s4, *du, *dP, *o_dn;
+  T *u, *s1, *s2, *s3, *du, *dP, *o_dn;
   float* acc() const { return reinterpret_cast<float*>(dP); }  // [R, di] f32 inside dP
 };
 
@@ -173,7 +176,8 @@ class Pipeline final : public PipelineBase {
   PendingAdd layer_forward(int l, const LayerActs<T>& a, const PendingAdd& in, float* H_next,
                            float* conv_state, float* ssm_state);
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
-  void delta_forward(int l, const T* xdbl, bool keep_raw);  // -> s2 (and s1: Δraw)
+  void dt_proj_acc(int l, const T* xdbl, float* acc);  // acc [R, di] f32 = dt_in·W_dt
+  void delta_forward(int l, const T* xdbl);              // -> s1: Δ
   LayerActs<T> saved(int l);
   LayerScratch<T> scratch();
   // backward.cpp
@@ -230,7 +234,7 @@ class Pipeline final : public PipelineBase {
   DeviceBuffer<float> hs_, rms_, conv_s0_, scan_saved_, rms_f_;
   DeviceBuffer<T> proj_, xdbl_, y_;
   // layer scratch
-  DeviceBuffer<T> u_, s1_, s2_, s3_, s4_, du_, dP_;
+  DeviceBuffer<T> u_, s1_, s2_, s3_, du_, dP_;
   // backward scratch
   DeviceBuffer<float> dH_, dB_, dC_, reduce_scratch_;  // dB, dC: cross-check routes only
   DeviceBuffer<T> d_dt_in_, dxdbl_;
@@ -244,6 +248,7 @@ class Pipeline final : public PipelineBase {
   T* dH_typed() const { return reinterpret_cast<T*>(bwd_region_.get() + dH_typed_offset_); }
   float* norm_f_input() const { return reinterpret_cast<float*>(bwd_region_.get() + z_offset_); }
   T* post_norm_slot() const { return reinterpret_cast<T*>(bwd_region_.get() + z_offset_); }
+  float* dt_acc_at_b4() const { return reinterpret_cast<float*>(bwd_region_.get()); }
   // where layer l's F6 residual sum goes: the next layer's input, or Z after the last layer
   float* residual_after(int l) const { return l + 1 < d_.L ? hs(l + 1) : norm_f_input(); }
   // target forward (lazy)

@@ -126,6 +126,29 @@ __global__ void softplus_bwd_kernel(const T* __restrict__ delta_raw, const T* __
   }
 }
 
+// acc [R, di] f32, bias [di], d_delta [R, di] -> d_delta_raw [R, di]: the two kernels
+// above in one pass (Δraw formed as softplus_bias_fwd_kernel rounds it, then
+// softplus_bwd_kernel's formula on it), Δraw never stored
+template <class T, int V>
+__global__ void softplus_bias_bwd_kernel(const float* __restrict__ acc,
+                                         const float* __restrict__ bias, int64_t R, int64_t di,
+                                         const T* __restrict__ d_delta,
+                                         T* __restrict__ d_delta_raw) {
+  MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
+    const int64_t d = cv * V, i = r * di + d;
+    const Pack<float, V> a = load_pack<V>(acc + i);
+    const Pack<T, V> gr = load_pack<V>(d_delta + i);
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float x = to_f32(from_f32<T>(a.e[j] + bias[d + j]));
+      const float g = to_f32(gr.e[j]);
+      out.e[j] = from_f32<T>(x > 20.0f ? g : g * dev::sigmoid(x));
+    }
+    store_pack<V>(d_delta_raw + i, out);
+  }
+}
+
 // y, gs [n] -> g [n]
 template <class T>
 __global__ void gating_fwd_kernel(const T* __restrict__ y, const T* __restrict__ gs, int64_t n,
@@ -432,6 +455,25 @@ void softplus_bwd(const T* delta_raw, const T* d_delta, int64_t n, T* d_delta_ra
 }
 
 template <class T>
+void softplus_bias_bwd(const float* acc, const float* bias, int64_t R, int64_t di,
+                       const T* d_delta, T* d_delta_raw, cudaStream_t stream) {
+  const char* k = "softplus_bias_bwd";
+  require_rows_cols(k, R, "d_inner", di);
+  require_ptr(k, "acc", acc);
+  require_ptr(k, "bias", bias);
+  require_ptr(k, "d_delta", d_delta);
+  require_ptr(k, "d_delta_raw", d_delta_raw);
+  constexpr int V = pack_width<T>();
+  if (packable(V, {di}, {acc, d_delta, d_delta_raw}))
+    softplus_bias_bwd_kernel<T, V><<<rows_cols_grid(R, di / V), rows_cols_block(di / V), 0,
+                                     stream>>>(acc, bias, R, di, d_delta, d_delta_raw);
+  else
+    softplus_bias_bwd_kernel<T, 1><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(
+        acc, bias, R, di, d_delta, d_delta_raw);
+  MC_LAUNCH_CHECK("softplus_bias_bwd_kernel");
+}
+
+template <class T>
 void gating_fwd(const T* y, const T* gs, int64_t n, T* g, cudaStream_t stream) {
   const char* k = "gating_fwd";
   require_count(k, n);
@@ -599,6 +641,8 @@ void exp_negate(const float* a_log, int64_t n, float* a_neg, cudaStream_t stream
   template void softplus_bias_fwd<T>(const float*, const float*, int64_t, int64_t, T*, T*,     \
                                      cudaStream_t);                                            \
   template void softplus_bwd<T>(const T*, const T*, int64_t, T*, cudaStream_t);                \
+  template void softplus_bias_bwd<T>(const float*, const float*, int64_t, int64_t, const T*,   \
+                                     T*, cudaStream_t);                                        \
   template void gating_fwd<T>(const T*, const T*, int64_t, T*, cudaStream_t);                  \
   template void gating_bwd<T>(const T*, const T*, const T*, const T*, int64_t, T*, T*,         \
                               cudaStream_t);                                                   \

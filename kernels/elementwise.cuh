@@ -39,6 +39,14 @@ template <class T>
 void softplus_bwd(const T* delta_raw, const T* d_delta, int64_t n, T* d_delta_raw,
                   cudaStream_t stream);
 
+// B4 without a stored Δraw. acc [R, di] f32 (the dt_proj GEMM result, formed again),
+// bias [di] f32, d_delta [R, di] T -> d_delta_raw [R, di] T = d_delta·σ(q(acc + bias)):
+// Δraw re-formed with softplus_bias_fwd's one rounding and used as softplus_bwd uses the
+// stored one, so the result has the same bits as those two kernels in turn.
+template <class T>
+void softplus_bias_bwd(const float* acc, const float* bias, int64_t R, int64_t di,
+                       const T* d_delta, T* d_delta_raw, cudaStream_t stream);
+
 // F4e. y [n] T, gs [n] T -> g [n] T = y·gs
 template <class T>
 void gating_fwd(const T* y, const T* gs, int64_t n, T* g, cudaStream_t stream);

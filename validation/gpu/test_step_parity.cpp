@@ -619,7 +619,7 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
     }, [&](auto& d) {
       kern::softplus_bias_fwd<TypeParam>(d[acc], d[bias], R, di, d[raw], d[delta], d.s);
     });
-    // the training forward does not keep delta_raw (only the backward's recompute reads it)
+    // the pipeline never keeps delta_raw (B4 re-forms it: softplus_bias_bwd below)
     tb.rerun("delta_raw not stored", [&](auto& d) {
       kern::softplus_bias_fwd<TypeParam>(d[acc], d[bias], R, di, nullptr, d[delta], d.s);
     }, {delta});
@@ -629,6 +629,26 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
     const auto dx = tb2.out_typed("softplus_bwd", n);
     tb2.run([&](auto& h) { ref::softplus_bwd(h[x], h[dd], n, h[dx]); },
             [&](auto& d) { kern::softplus_bwd<TypeParam>(d[x], d[dd], n, d[dx], d.s); });
+    // B4 as the pipeline runs it: Δraw re-formed from acc inside the backward. Against
+    // the oracle on q(acc + bias), and bitwise the two kernels above in turn.
+    auto tb3 = this->bed(tb.label());
+    const auto acc3 = tb3.in("acc", tb.host(acc));
+    const auto bias3 = tb3.in("bias", tb.host(bias));
+    const auto dd3 = tb3.in_typed("d_delta", tb2.host(dd));
+    const auto dx3 = tb3.out_typed("softplus_bias_bwd", n, Check::KRuleAndBitwise);
+    tb3.run([&](auto& h) {
+      std::vector<std::remove_pointer_t<decltype(h[acc3])>> raw3(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) raw3[size_t(i)] = h.q(h[acc3][i] + h[bias3][i % di]);
+      ref::softplus_bwd(raw3.data(), h[dd3], n, h[dx3]);
+    }, [&](auto& d) {
+      kern::softplus_bias_bwd<TypeParam>(d[acc3], d[bias3], R, di, d[dd3], d[dx3], d.s);
+    });
+    TypeParam* raw_s = reinterpret_cast<TypeParam*>(tb3.scratch(size_t(n)));
+    TypeParam* delta_s = reinterpret_cast<TypeParam*>(tb3.scratch(size_t(n)));
+    tb3.rerun("softplus_bias_fwd keeping delta_raw, then softplus_bwd", [&](auto& d) {
+      kern::softplus_bias_fwd<TypeParam>(d[acc3], d[bias3], R, di, raw_s, delta_s, d.s);
+      kern::softplus_bwd<TypeParam>(raw_s, d[dd3], n, d[dx3], d.s);
+    }, {dx3});
   }
 }
 
