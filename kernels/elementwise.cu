@@ -89,6 +89,18 @@ __global__ void concat_halves_kernel(const T* __restrict__ dxb, const T* __restr
   }
 }
 
+// Δraw = q(acc + bias): the bias added in f32, one rounding (F4c, and B4 re-forming it)
+template <class T>
+__device__ __forceinline__ T delta_raw_of(float acc, float bias) {
+  return from_f32<T>(acc + bias);
+}
+
+// dΔraw = q(dΔ·σ(Δraw)), dΔ itself where Δraw > 20 (softplus's identity branch)
+template <class T>
+__device__ __forceinline__ T softplus_grad(float delta_raw, float d_delta) {
+  return from_f32<T>(delta_raw > 20.0f ? d_delta : d_delta * dev::sigmoid(delta_raw));
+}
+
 // acc [R, di] f32, bias [di] -> delta_raw, delta [R, di]
 template <class T, int V>
 __global__ void softplus_bias_fwd_kernel(const float* __restrict__ acc,
@@ -100,7 +112,7 @@ __global__ void softplus_bias_fwd_kernel(const float* __restrict__ acc,
     Pack<T, V> raw, dl;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      raw.e[j] = from_f32<T>(a.e[j] + bias[d + j]);
+      raw.e[j] = delta_raw_of<T>(a.e[j], bias[d + j]);
       dl.e[j] = from_f32<T>(dev::softplus(to_f32(raw.e[j])));
     }
     if (delta_raw) store_pack<V>(delta_raw + i, raw);  // null: Δraw not kept (forward)
@@ -117,18 +129,13 @@ __global__ void softplus_bwd_kernel(const T* __restrict__ delta_raw, const T* __
     const Pack<T, V> xr = load_pack<V>(delta_raw + i), gr = load_pack<V>(d_delta + i);
     Pack<T, V> out;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float x = to_f32(xr.e[j]);
-      const float g = to_f32(gr.e[j]);
-      out.e[j] = from_f32<T>(x > 20.0f ? g : g * dev::sigmoid(x));
-    }
+    for (int j = 0; j < V; ++j) out.e[j] = softplus_grad<T>(to_f32(xr.e[j]), to_f32(gr.e[j]));
     store_pack<V>(d_delta_raw + i, out);
   }
 }
 
 // acc [R, di] f32, bias [di], d_delta [R, di] -> d_delta_raw [R, di]: the two kernels
-// above in one pass (Δraw formed as softplus_bias_fwd_kernel rounds it, then
-// softplus_bwd_kernel's formula on it), Δraw never stored
+// above in one pass (the same delta_raw_of and softplus_grad), Δraw never stored
 template <class T, int V>
 __global__ void softplus_bias_bwd_kernel(const float* __restrict__ acc,
                                          const float* __restrict__ bias, int64_t R, int64_t di,
@@ -140,11 +147,8 @@ __global__ void softplus_bias_bwd_kernel(const float* __restrict__ acc,
     const Pack<T, V> gr = load_pack<V>(d_delta + i);
     Pack<T, V> out;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float x = to_f32(from_f32<T>(a.e[j] + bias[d + j]));
-      const float g = to_f32(gr.e[j]);
-      out.e[j] = from_f32<T>(x > 20.0f ? g : g * dev::sigmoid(x));
-    }
+    for (int j = 0; j < V; ++j)
+      out.e[j] = softplus_grad<T>(to_f32(delta_raw_of<T>(a.e[j], bias[d + j])), to_f32(gr.e[j]));
     store_pack<V>(d_delta_raw + i, out);
   }
 }
