@@ -226,6 +226,7 @@ struct StepBench {
   BenchDevice dev;
   int reps = 10;
   size_t scan_partial_budget = 0;  // --scan-partial-budget (0 = the scan's default)
+  bool fused_dt = true;            // --dt-proj=fused|cublas
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -274,6 +275,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     opt.typed_gemm = c.typed;
     opt.device = g.flags.device;
     opt.scan_partial_budget = g.scan_partial_budget;
+    opt.fused_dt_softplus = g.fused_dt;
     size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
@@ -507,12 +509,15 @@ int main_impl(int argc, char** argv) {
               "  --scan-partial-budget=BYTES|fit\n"
               "                     most bytes of the scan backward's dB/dC partials (more\n"
               "                     segments, the same bits; default 0 = the scan's 1 GiB;\n"
-              "                     fit = as many as fit in the scratch the workspace shares)\n" +
+              "                     fit = as many as fit in the scratch the workspace shares)\n"
+              "  --dt-proj=fused|cublas\n"
+              "                     bf16 tensor-core tier: dt_proj GEMM + softplus as one kernel\n"
+              "                     (default fused) or cuBLAS then the softplus kernels\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
-                                                                  "scan-partial-budget"});
+                                                                  "scan-partial-budget", "dt-proj"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
@@ -526,6 +531,8 @@ int main_impl(int argc, char** argv) {
             ? gpu::kScanPartialsFitScratch
             : size_t(g.flags.get_int("scan-partial-budget", 0, 0, (long long)(1) << 40));
   }
+
+  g.fused_dt = g.flags.get_string("dt-proj", "fused", {"fused", "cublas"}) == "fused";
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -583,6 +590,12 @@ int main_impl(int argc, char** argv) {
                                      "o_dn|dH_typed scratch it shares)")
                    : g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
                                            : std::string("0 (the scan's default, 1 GiB)"));
+  AddCustomContext("dt_proj", g.fused_dt
+                                  ? "fused: on the tensor-core tier the dt_proj GEMM and its "
+                                    "softplus run as one kernel (kernels/dt_softplus.cu), F4c "
+                                    "and B4; timed in the GEMM phase"
+                                  : "cublas: the dt_proj GEMM on cuBLAS, then "
+                                    "softplus_bias_fwd / softplus_bias_bwd");
   AddCustomContext("peer", "state-spaces/mamba fast path on an H200 (Mamba block, mamba_inner_fn, "
                            "causal_conv1d, RMSNorm + residual around the mixer, PyTorch 2.11, "
                            "TF32 off), B 8, the step replayed as one CUDA graph (the peer's "

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/conv.cuh"
+#include "kernels/dt_softplus.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
@@ -123,8 +124,12 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   // the dt_proj GEMM runs again (F4c's call, the same bits) into the shared region,
   // which holds nothing from the end of B3 to B7, and the softplus backward forms
   // q(acc + b_dt) as F4c did.
-  dt_proj_acc(l, a.xdbl, b4_acc);
-  kern::softplus_bias_bwd<T>(b4_acc, p(off.dt_proj_b), R, di, d_delta, d_draw, s);
+  if (fused_dt_) {  // on the tensor-core tier acc stays on chip
+    fused_dt_softplus(l, a.xdbl, d_delta, d_draw);
+  } else {
+    dt_proj_acc(l, a.xdbl, b4_acc);
+    kern::softplus_bias_bwd<T>(b4_acc, p(off.dt_proj_b), R, di, d_delta, d_draw, s);
+  }
   fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
   gemm_.input_grad<T, T>(layer + "dt_proj dX", d_draw, w(off.dt_proj_w), d_dt_in_.get(), R, dr,
                          di);

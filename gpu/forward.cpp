@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/conv.cuh"
+#include "kernels/dt_softplus.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
@@ -66,14 +67,44 @@ void Pipeline<T>::dt_proj_acc(int l, const T* xdbl, float* acc) {
                           w(off.dt_proj_w), acc, d_.di, R_, d_.dr, d_.di);
 }
 
+// The dt_proj GEMM and its softplus as one tensor-core kernel (fused_dt_): F4c with
+// d_delta null (out = Δ), B4 with it (out = dΔraw). Timed as a GEMM interval.
+template <class T>
+void Pipeline<T>::fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* out) {
+  if constexpr (std::is_same<T, float>::value) {
+    throw std::logic_error("fused_dt_softplus: f32 storage runs dt_proj through cuBLAS");
+  } else {
+    const LayerParamOffsets& off = lay_.layers[size_t(l)];
+    kern::DtSoftplusParams<T> dp;
+    dp.dt_in = xdbl;
+    dp.ld_in = d_.xd;
+    dp.w = w(off.dt_proj_w);
+    dp.bias = p(off.dt_proj_b);
+    dp.R = R_;
+    dp.dr = d_.dr;
+    dp.di = d_.di;
+    dp.d_delta = d_delta;
+    dp.out = out;
+    ctx_.phases().mark(Phase::Gemm, stream());
+    if (d_delta) kern::dt_softplus_bwd<T>(dp, stream());
+    else kern::dt_softplus_fwd<T>(dp, stream());
+    ctx_.phases().mark(Phase::Elementwise, stream());
+  }
+}
+
 // F4c: Δ = q(softplus(q(acc + b_dt))) -> scratch s1 [R, di] T, the bias added in f32
-// before Δraw's one rounding; Δraw itself is not stored (B4 re-forms it).
+// before Δraw's one rounding; Δraw itself is not stored (B4 re-forms it). On the
+// tensor-core tier acc stays on chip (fused_dt_softplus); otherwise it goes through dP.
 template <class T>
 void Pipeline<T>::delta_forward(int l, const T* xdbl) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
   const LayerScratch<T> sc = scratch();
-  dt_proj_acc(l, xdbl, sc.acc());
-  kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R_, d_.di, nullptr, sc.s1, stream());
+  if (fused_dt_) {
+    fused_dt_softplus(l, xdbl, nullptr, sc.s1);
+  } else {
+    dt_proj_acc(l, xdbl, sc.acc());
+    kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R_, d_.di, nullptr, sc.s1, stream());
+  }
   fc_.check("F4c dt_proj_softplus", l, "delta", sc.s1, R_ * d_.di);
 }
 
@@ -246,6 +277,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template void Pipeline<T>::conv_forward(int, const T*, const float*, float*);        \
   template void Pipeline<T>::dt_proj_acc(int, const T*, float*);                      \
   template void Pipeline<T>::delta_forward(int, const T*);                             \
+  template void Pipeline<T>::fused_dt_softplus(int, const T*, const T*, T*);          \
   template typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(                \
       int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*);            \
   template void Pipeline<T>::norm_with_pending(const PendingAdd&, const float*, T*,    \

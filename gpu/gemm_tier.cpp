@@ -53,7 +53,9 @@ std::string describe(GemmTier t) {
              " (f32 inputs rounded to TF32 on tensor cores, f32 accumulation; opt-in)" + common;
     case GemmTier::TensorCore:
       return std::string("tensor-core: ") + cublas_compute_name(t) +
-             " (bf16/f16 inputs on tensor cores, exact products, f32 accumulation)" + common;
+             " (bf16/f16 inputs on tensor cores, exact products, f32 accumulation)" + common +
+             "; the dt_proj GEMM (dt_rank <= 256) runs with its softplus as one mambacheck "
+             "kernel (kernels/dt_softplus.cu: WMMA 16x16x16, f32 accumulation, k ascending)";
   }
   return "unknown";
 }

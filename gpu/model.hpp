@@ -111,6 +111,10 @@ struct RunOptions {
   // kScanPartialsFitScratch: the largest budget whose workspace fits in the backward scratch
   // it shares (o_dn and dH_typed, gpu/pipeline.hpp), so that the workspace adds no bytes.
   size_t scan_partial_budget = 0;
+  // bf16/f16 on the tensor-core tier: F4c's and B4's dt_proj GEMM with its softplus as one
+  // kernel (kernels/dt_softplus.cuh; default). false: cuBLAS, then the softplus kernels
+  // (the cross-check path, and what f32 and the strict tier always run).
+  bool fused_dt_softplus = true;
   int device = default_device();  // 0 unless select_device() chose another
 };
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "kernels/conv.cuh"
+#include "kernels/dt_softplus.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
 #include "gpu/pipeline.hpp"
@@ -65,6 +66,8 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
       scan_partial_budget_(opt.scan_partial_budget),
       gemm_(ctx.cublas(), opt.gemm, opt.typed_gemm, &ctx.phases()),
+      fused_dt_(!std::is_same<T, float>::value && opt.typed_gemm == TypedGemm::TensorCore &&
+                opt.fused_dt_softplus && kern::dt_softplus_supported(lay.dims.dr)),
       fc_(opt.check_finite, ctx.stream()) {
   kern::scan::check_shape(scan_shape_, route_);
   const int64_t L = d_.L, dm = d_.dm, di = d_.di, ds = d_.ds, dc = d_.dc, dr = d_.dr,
@@ -111,20 +114,22 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   // the cross-check routes cannot write dΔ over Δ
   if (route_ != ScanRoute::Checkpointed) plan.add(du_, n_of(R * di), "d_delta");
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
-  plan.add(dP_, n_of(R * 2 * di), "dt_proj_acc|d_in_proj_out");
+  plan.add(dP_, n_of(R * 2 * di), fused_dt_ ? "d_in_proj_out" : "dt_proj_acc|d_in_proj_out");
   // o_dn | dH_typed | Z, the scan backward's workspace over them during B3, and B4's f32
   // dt_proj accumulator (pipeline.hpp)
   dH_typed_offset_ = align_bytes(n_of(R * dm) * sizeof(T));
   z_offset_ = typed ? dH_typed_offset_ + align_bytes(n_of(R * dm) * sizeof(T)) : dH_typed_offset_;
   const size_t shared_acts = z_offset_ + n_of(R * dm) * sizeof(float);
-  const size_t b4_acc = n_of(R * di) * sizeof(float);
+  const size_t b4_acc = fused_dt_ ? 0 : n_of(R * di) * sizeof(float);  // fused: no acc
   const size_t region_floor = std::max(shared_acts, b4_acc);  // what the workspace may fill
   if (opt.scan_partial_budget == kScanPartialsFitScratch)
     scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, region_floor);
   const size_t scan_ws = kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_);
-  plan.add(bwd_region_, std::max(region_floor, scan_ws),
-           typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace|dt_proj_acc"
-                 : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace|dt_proj_acc");
+  const std::string region_name =
+      std::string(typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace"
+                        : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace") +
+      (fused_dt_ ? "" : "|dt_proj_acc");
+  plan.add(bwd_region_, std::max(region_floor, scan_ws), region_name);
   // backward scratch
   plan.add(dH_, n_of(R * dm), "d_hidden");
   const size_t reduce = std::max({n_of(R),  // B7's rebuilt post_norm: its rms, unused

@@ -178,6 +178,7 @@ class Pipeline final : public PipelineBase {
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
   void dt_proj_acc(int l, const T* xdbl, float* acc);  // acc [R, di] f32 = dt_in·W_dt
   void delta_forward(int l, const T* xdbl);              // -> s1: Δ
+  void fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* out);  // fused_dt_ only
   LayerActs<T> saved(int l);
   LayerScratch<T> scratch();
   // backward.cpp
@@ -214,6 +215,9 @@ class Pipeline final : public PipelineBase {
   const size_t scan_saved_floats_;  // per layer
   size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)
   const Gemm gemm_;
+  // F4c / B4 on the tensor-core tier: the dt_proj GEMM and its softplus in one kernel
+  // (kernels/dt_softplus.cuh); f32 storage and the strict tier keep cuBLAS + softplus.
+  const bool fused_dt_;
   FiniteChecker fc_;
   int64_t bytes_ = 0;
   bool have_params_ = false;

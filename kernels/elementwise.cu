@@ -15,7 +15,9 @@ namespace mc::kern {
 
 namespace {
 
+using dev::delta_raw_of;
 using dev::from_f32;
+using dev::softplus_grad;
 using dev::to_f32;
 
 #define MC_GRID_LOOP(i, n) \
@@ -87,18 +89,6 @@ __global__ void concat_halves_kernel(const T* __restrict__ dxb, const T* __restr
     const int64_t r = i / (2 * di), c = i % (2 * di);
     dP[i] = c < di ? dxb[r * di + c] : dz[r * di + c - di];
   }
-}
-
-// Δraw = q(acc + bias): the bias added in f32, one rounding (F4c, and B4 re-forming it)
-template <class T>
-__device__ __forceinline__ T delta_raw_of(float acc, float bias) {
-  return from_f32<T>(acc + bias);
-}
-
-// dΔraw = q(dΔ·σ(Δraw)), dΔ itself where Δraw > 20 (softplus's identity branch)
-template <class T>
-__device__ __forceinline__ T softplus_grad(float delta_raw, float d_delta) {
-  return from_f32<T>(delta_raw > 20.0f ? d_delta : d_delta * dev::sigmoid(delta_raw));
 }
 
 // acc [R, di] f32, bias [di] -> delta_raw, delta [R, di]

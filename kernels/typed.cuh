@@ -57,6 +57,21 @@ __device__ __forceinline__ float silu_grad(float x) {
 // softplus with mamba's strict threshold: x > 20 ? x : log1p(exp(x))
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// ---- F4c / B4: Δraw and the softplus gradient -----------------------------------
+// Shared by every kernel that forms Δ or dΔraw (elementwise.cu, dt_softplus.cu), so the
+// fused forms cannot drift from the unfused ones.
+// Δraw = q(acc + bias): the bias added in f32, one rounding (F4c, and B4 re-forming it)
+template <class T>
+__device__ __forceinline__ T delta_raw_of(float acc, float bias) {
+  return from_f32<T>(acc + bias);
+}
+
+// dΔraw = q(dΔ·σ(Δraw)), dΔ itself where Δraw > 20 (softplus's identity branch)
+template <class T>
+__device__ __forceinline__ T softplus_grad(float delta_raw, float d_delta) {
+  return from_f32<T>(delta_raw > 20.0f ? d_delta : d_delta * sigmoid(delta_raw));
+}
+
 // ---- indexing ------------------------------------------------------------------
 // Global thread index and grid stride, 64-bit (n may exceed 2^31).
 __device__ __forceinline__ int64_t global_index() {

@@ -24,6 +24,7 @@
 #include "gpu/model.hpp"
 #include "kernels/conv.cuh"
 #include "kernels/cuda_check.hpp"
+#include "kernels/dt_softplus.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/reduce.cuh"
@@ -652,6 +653,58 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
   }
 }
 
+// F4c and B4 on the tensor-core tier: the dt_proj GEMM with the softplus as its epilogue
+// (kernels/dt_softplus.cuh), against the oracle on Δraw = q(dt_in·W + b). Shapes: dt_rank
+// below, at and past a 16-wide k-step and at its limit (1, 5, 16, 48, 130, 256), channel
+// tiles partial and whole (1, 23, 24, 128, 136, 264: the 16-byte and the element-wise
+// epilogue), rows in one and several 64-row tiles; dt_in rows strided as in xdbl. The
+// accumulation order is the kernel's own (WMMA k-steps ascending), not cuBLAS's, so the
+// claim is the k-rule, and bitwise only against itself (rerun).
+TYPED_TEST(StepParity, DtProjSoftplusFusedOnTensorCores) {
+  if constexpr (std::is_same_v<TypeParam, float>) {
+    GTEST_SKIP() << "f32 storage runs dt_proj on cuBLAS's strict tier, then softplus_bias_fwd";
+  } else {
+    struct Shape { int64_t R, dr, di; };
+    for (const Shape sh : {Shape{1, 1, 1}, Shape{37, 5, 23}, Shape{64, 16, 128},
+                           Shape{130, 48, 136}, Shape{200, 130, 264}, Shape{70, 256, 24}}) {
+      const int64_t R = sh.R, dr = sh.dr, di = sh.di, ld = dr + 3, n = R * di;
+      auto tb = this->bed(shape_tag({{"R", R}, {"dr", dr}, {"di", di}}));
+      const auto Xs = tb.in_typed("dt_in_strided", uniform(R * ld, 111 + R, -1.0, 1.0));
+      std::vector<float> X_c(size_t(R * dr));
+      ref::gather_cols(tb.host(Xs).data(), R, ld, 0, dr, X_c.data());
+      const auto X = tb.in_typed("dt_in", X_c);
+      const double w_scale = 3.0 / std::sqrt(double(dr));  // acc spans softplus's range
+      const auto W = tb.in_typed("W", uniform(dr * di, 112 + dr, -w_scale, w_scale));
+      const auto b = tb.in("bias", uniform(di, 113 + di, -2.0, 2.0));
+      const auto dd = tb.in_typed("d_delta", uniform(n, 114 + R, -1.0, 1.0));
+      const auto delta = tb.out_typed("dt_softplus_fwd.delta", n);
+      const auto ddraw = tb.out_typed("dt_softplus_bwd.d_delta_raw", n);
+      tb.run([&](auto& h) {
+        using S = std::remove_pointer_t<decltype(h[b])>;
+        std::vector<S> acc(static_cast<size_t>(n)), raw(static_cast<size_t>(n));
+        ref::linear_fwd(h[X], h[W], h.null(), R, dr, di, acc.data());
+        for (int64_t i = 0; i < n; ++i) raw[size_t(i)] = h.q(acc[size_t(i)] + h[b][i % di]);
+        ref::softplus_fwd(raw.data(), n, h[delta]);
+        ref::softplus_bwd(raw.data(), h[dd], n, h[ddraw]);
+      }, [&](auto& d) {
+        kern::DtSoftplusParams<TypeParam> dp;
+        dp.dt_in = d[Xs];
+        dp.ld_in = ld;
+        dp.w = d[W];
+        dp.bias = d[b];
+        dp.R = R;
+        dp.dr = dr;
+        dp.di = di;
+        dp.out = d[delta];
+        kern::dt_softplus_fwd<TypeParam>(dp, d.s);
+        dp.d_delta = d[dd];
+        dp.out = d[ddraw];
+        kern::dt_softplus_bwd<TypeParam>(dp, d.s);
+      });
+    }
+  }
+}
+
 TYPED_TEST(StepParity, GatingForwardBackward) {
   for (const int64_t n : {1, 77, 999, 5000}) {
     auto tb = this->bed(shape_tag({{"n", n}}));
@@ -922,6 +975,24 @@ TEST(StepRefusals, ModelRefusesDConv9NamingTheField) {
   ASSERT_FALSE(msg.empty()) << "Model with d_conv = 9 did not throw ConfigError";
   EXPECT_NE(msg.find("d_conv = 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("8"), std::string::npos) << msg;
+}
+
+TEST(StepRefusals, DtSoftplusRefusesRanksPastItsTileNamingTheField) {
+  kern::DtSoftplusParams<__nv_bfloat16> dp;
+  dp.R = 4;
+  dp.dr = kern::kDtSoftplusMaxRank + 1;
+  dp.di = 8;
+  dp.ld_in = dp.dr;
+  const std::string msg = config_error_of([&] { kern::dt_softplus_fwd(dp, nullptr); });
+  ASSERT_FALSE(msg.empty()) << "dt_softplus_fwd with dt_rank 257 did not throw ConfigError";
+  EXPECT_NE(msg.find("dt_rank = 257"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("256"), std::string::npos) << msg;
+  EXPECT_FALSE(kern::dt_softplus_supported(kern::kDtSoftplusMaxRank + 1));
+  EXPECT_TRUE(kern::dt_softplus_supported(48));
+  dp.dr = 48;
+  dp.ld_in = 40;  // a row stride shorter than the row
+  const std::string msg_ld = config_error_of([&] { kern::dt_softplus_bwd(dp, nullptr); });
+  EXPECT_NE(msg_ld.find("ld_in = 40"), std::string::npos) << msg_ld;
 }
 
 TEST(StepRefusals, LaunchersRefuseBadShapesAndNullPointers) {

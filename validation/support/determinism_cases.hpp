@@ -8,7 +8,9 @@
 // (d_state 16, and 128 which only the parallel kernel supports) and the
 // checkpointed scan (d_state 16 and 128); GEMM tiers (gpu/model.hpp): f32
 // strict, and bf16/f16 on both the tensor-core tier (the default) and the
-// strict tier, every scan route each.
+// strict tier, every scan route each; and bf16/f16 checkpointed ds16 on the
+// tensor-core tier with the dt_proj GEMM on cuBLAS instead of the fused
+// dt_proj + softplus kernel (RunOptions::fused_dt_softplus = false).
 #pragma once
 
 #include <cstdint>
@@ -31,16 +33,21 @@ struct Route {
   ScanMode scan;
   int d_state;
   gpu::TypedGemm typed = gpu::TypedGemm::TensorCore;  // bf16/f16 GEMM tier (f32: strict)
+  // tensor-core tier: dt_proj + softplus fused (the default) or cuBLAS then the softplus
+  // kernels (RunOptions::fused_dt_softplus)
+  bool fused_dt = true;
 };
 
 inline gpu::GemmTier tier(const Route& r) {
   return gpu::gemm_tier(r.dtype, gpu::GemmMath::F32, r.typed);
 }
 
-// "f32/sequential/ds16/strict", "bf16/checkpointed/ds128/tensor-core"
+// "f32/sequential/ds16/strict", "bf16/checkpointed/ds128/tensor-core",
+// "bf16/checkpointed/ds16/tensor-core-dt-cublas" (the unfused dt_proj path)
 inline std::string route_name(const Route& r) {
+  const bool unfused = !r.fused_dt && tier(r) == gpu::GemmTier::TensorCore;
   return std::string(to_string(r.dtype)) + "/" + to_string(r.scan) + "/ds" +
-         std::to_string(r.d_state) + "/" + to_string(tier(r));
+         std::to_string(r.d_state) + "/" + to_string(tier(r)) + (unfused ? "-dt-cublas" : "");
 }
 
 inline ModelConfig config(int d_state) {
@@ -72,6 +79,8 @@ inline std::vector<Route> routes() {
   for (DType t : {DType::BF16, DType::F16}) {
     scans(t, gpu::TypedGemm::TensorCore);
     scans(t, gpu::TypedGemm::Strict);
+    // the default scan route with the dt_proj GEMM on cuBLAS (the fused kernel's cross-check)
+    r.push_back({t, ScanMode::Checkpointed, 16, gpu::TypedGemm::TensorCore, false});
   }
   return r;
 }
@@ -86,6 +95,7 @@ inline gpu::RunOptions options(const Route& r, int device) {
   o.scan = r.scan;
   o.gemm = gpu::GemmMath::F32;
   o.typed_gemm = r.typed;
+  o.fused_dt_softplus = r.fused_dt;
   o.state_grads = true;
   o.device = device;
   return o;
