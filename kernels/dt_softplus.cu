@@ -39,8 +39,10 @@ size_t smem_bytes(int kp, size_t elem) {
 template <class T>
 struct DtArgs {
   DtSoftplusParams<T> p;
-  int kp;     // dt_rank padded to a multiple of 16
-  bool vec;   // 16-byte epilogue accesses (di % 8 == 0, out / d_delta 16-byte aligned)
+  int kp;      // dt_rank padded to a multiple of 16
+  bool vec;    // 16-byte epilogue accesses (di % 8 == 0, out / d_delta 16-byte aligned)
+  bool vec_a;  // dt_in rows staged as 16-byte pieces (dr, ld_in % 8 == 0, dt_in aligned)
+  bool vec_w;  // W rows staged as 16-byte pieces (di % 8 == 0, w aligned)
 };
 
 template <class T>
@@ -73,17 +75,42 @@ __global__ void __launch_bounds__(kThreads) dt_softplus_kernel(DtArgs<T> a) {
   const int64_t r0 = int64_t(blockIdx.y) * kTM, d0 = int64_t(blockIdx.x) * kTN;
   const T zero = dev::from_f32<T>(0.0f);
 
-  // stage A = dt_in rows [r0, r0 + kTM), W columns [d0, d0 + kTN), zero-padded
-  for (int i = int(threadIdx.x); i < kTM * kp; i += kThreads) {
-    const int r = i / kp, k = i - r * kp;
-    sa[r * lda + k] = (r0 + r < p.R && k < p.dr) ? p.dt_in[(r0 + r) * p.ld_in + k] : zero;
+  // stage A = dt_in rows [r0, r0 + kTM), W columns [d0, d0 + kTN), zero-padded. The
+  // 16-byte pieces go through cp.async (all of a thread's copies in flight at once);
+  // the element-wise fallback serves shapes whose rows are not 16-byte pieces.
+  constexpr int kPer = 16 / int(sizeof(T));  // elements per 16-byte piece
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  if (a.vec_a) {
+    const int pr = kp / kPer;  // pieces per A row
+    for (int i = int(threadIdx.x); i < kTM * pr; i += kThreads) {
+      const int r = i / pr, k = (i - r * pr) * kPer;
+      T* dst = sa + r * lda + k;
+      if (r0 + r < p.R && k < p.dr) dev::cp_async16(dst, p.dt_in + (r0 + r) * p.ld_in + k);
+      else *reinterpret_cast<uint4*>(dst) = zero4;
+    }
+  } else {
+    for (int i = int(threadIdx.x); i < kTM * kp; i += kThreads) {
+      const int r = i / kp, k = i - r * kp;
+      sa[r * lda + k] = (r0 + r < p.R && k < p.dr) ? p.dt_in[(r0 + r) * p.ld_in + k] : zero;
+    }
   }
-  for (int i = int(threadIdx.x); i < kp * kTN; i += kThreads) {
-    const int k = i / kTN, c = i % kTN;
-    sw[k * kLdw + c] = (k < p.dr && d0 + c < p.di) ? p.w[int64_t(k) * p.di + d0 + c] : zero;
+  if (a.vec_w) {
+    constexpr int pw = kTN / kPer;  // pieces per W row
+    for (int i = int(threadIdx.x); i < kp * pw; i += kThreads) {
+      const int k = i / pw, c = (i % pw) * kPer;
+      T* dst = sw + k * kLdw + c;
+      if (k < p.dr && d0 + c < p.di) dev::cp_async16(dst, p.w + int64_t(k) * p.di + d0 + c);
+      else *reinterpret_cast<uint4*>(dst) = zero4;
+    }
+  } else {
+    for (int i = int(threadIdx.x); i < kp * kTN; i += kThreads) {
+      const int k = i / kTN, c = i % kTN;
+      sw[k * kLdw + c] = (k < p.dr && d0 + c < p.di) ? p.w[int64_t(k) * p.di + d0 + c] : zero;
+    }
   }
   for (int c = int(threadIdx.x); c < kTN; c += kThreads)
     sb[c] = d0 + c < p.di ? p.bias[d0 + c] : 0.0f;
+  dev::cp_async_wait_all();
   __syncthreads();
 
   // acc tile on the tensor cores: warp (wm, wn) owns rows wm·16.., channels wn·64..
@@ -121,9 +148,15 @@ __global__ void __launch_bounds__(kThreads) dt_softplus_kernel(DtArgs<T> a) {
     if (a.vec && d + kVec <= p.di) {
       Pack8<T> g{}, o;
       if constexpr (kBwd) g = *reinterpret_cast<const Pack8<T>*>(p.d_delta + i);
+      // two 16-byte shared loads each (the rows and c are 16-byte aligned)
+      const float4 a0 = *reinterpret_cast<const float4*>(accr);
+      const float4 a1 = *reinterpret_cast<const float4*>(accr + 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(sb + c);
+      const float4 b1 = *reinterpret_cast<const float4*>(sb + c + 4);
+      const float av[kVec] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[kVec] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        o.e[j] = epilogue<T, kBwd>(accr[j], sb[c + j], kBwd ? g.e[j] : zero);
+      for (int j = 0; j < kVec; ++j) o.e[j] = epilogue<T, kBwd>(av[j], bv[j], kBwd ? g.e[j] : zero);
       *reinterpret_cast<Pack8<T>*>(p.out + i) = o;
     } else {
       for (int j = 0; j < kVec && d + j < p.di; ++j)
@@ -146,9 +179,12 @@ void launch(const char* k, const DtSoftplusParams<T>& p, cudaStream_t stream) {
   if (kBwd) require_ptr(k, "d_delta", p.d_delta);
   const int64_t grid_y = (p.R + kTM - 1) / kTM;
   require_range(k, "ceil(rows / 64)", grid_y, 1, 65535, "grid y limit");
-  DtArgs<T> a{p, padded_rank(p.dr), false};
+  DtArgs<T> a{p, padded_rank(p.dr), false, false, false};
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  constexpr int64_t kPer = 16 / int64_t(sizeof(T));
   a.vec = p.di % kVec == 0 && aligned(p.out) && (!kBwd || aligned(p.d_delta));
+  a.vec_a = p.dr % kPer == 0 && p.ld_in % kPer == 0 && aligned(p.dt_in);
+  a.vec_w = p.di % kPer == 0 && aligned(p.w);
   const size_t bytes = smem_bytes(a.kp, sizeof(T));
   auto* kern = &dt_softplus_kernel<T, kBwd>;
   gpu::set_smem_limit(reinterpret_cast<const void*>(kern), bytes,

@@ -72,6 +72,17 @@ __device__ __forceinline__ T softplus_grad(float delta_raw, float d_delta) {
   return from_f32<T>(delta_raw > 20.0f ? d_delta : d_delta * sigmoid(delta_raw));
 }
 
+// ---- asynchronous global -> shared copies (cp.async, sm_80+) ---------------------
+// 16 bytes per call, both addresses 16-byte aligned; wait_all waits for the calling
+// thread's copies (a __syncthreads then publishes them to the block).
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 // ---- indexing ------------------------------------------------------------------
 // Global thread index and grid stride, 64-bit (n may exceed 2^31).
 __device__ __forceinline__ int64_t global_index() {

@@ -655,19 +655,23 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
 
 // F4c and B4 on the tensor-core tier: the dt_proj GEMM with the softplus as its epilogue
 // (kernels/dt_softplus.cuh), against the oracle on Δraw = q(dt_in·W + b). Shapes: dt_rank
-// below, at and past a 16-wide k-step and at its limit (1, 5, 16, 48, 130, 256), channel
-// tiles partial and whole (1, 23, 24, 128, 136, 264: the 16-byte and the element-wise
-// epilogue), rows in one and several 64-row tiles; dt_in rows strided as in xdbl. The
+// below, at and past a 16-wide k-step and at its limit (1, 5, 16, 24, 48, 130, 256), channel
+// tiles partial and whole (1, 23, 24, 40, 128, 136, 264: the 16-byte and the element-wise
+// epilogue and staging), rows in one and several 64-row tiles; dt_in rows strided as in
+// xdbl (row stride 80 at d_model 768). The
 // accumulation order is the kernel's own (WMMA k-steps ascending), not cuBLAS's, so the
 // claim is the k-rule, and bitwise only against itself (rerun).
 TYPED_TEST(StepParity, DtProjSoftplusFusedOnTensorCores) {
   if constexpr (std::is_same_v<TypeParam, float>) {
     GTEST_SKIP() << "f32 storage runs dt_proj on cuBLAS's strict tier, then softplus_bias_fwd";
   } else {
-    struct Shape { int64_t R, dr, di; };
-    for (const Shape sh : {Shape{1, 1, 1}, Shape{37, 5, 23}, Shape{64, 16, 128},
-                           Shape{130, 48, 136}, Shape{200, 130, 264}, Shape{70, 256, 24}}) {
-      const int64_t R = sh.R, dr = sh.dr, di = sh.di, ld = dr + 3, n = R * di;
+    // ld: dt_in's row stride; with dr and di multiples of 8 the tiles are staged as
+    // 16-byte pieces (cp.async), else element by element
+    struct Shape { int64_t R, dr, di, ld; };
+    for (const Shape sh : {Shape{1, 1, 1, 4}, Shape{37, 5, 23, 8}, Shape{64, 16, 128, 48},
+                           Shape{130, 48, 136, 80}, Shape{200, 130, 264, 133},
+                           Shape{70, 256, 24, 264}, Shape{90, 24, 40, 27}}) {
+      const int64_t R = sh.R, dr = sh.dr, di = sh.di, ld = sh.ld, n = R * di;
       auto tb = this->bed(shape_tag({{"R", R}, {"dr", dr}, {"di", di}}));
       const auto Xs = tb.in_typed("dt_in_strided", uniform(R * ld, 111 + R, -1.0, 1.0));
       std::vector<float> X_c(size_t(R * dr));
