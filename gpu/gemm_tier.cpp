@@ -54,8 +54,9 @@ std::string describe(GemmTier t) {
     case GemmTier::TensorCore:
       return std::string("tensor-core: ") + cublas_compute_name(t) +
              " (bf16/f16 inputs on tensor cores, exact products, f32 accumulation)" + common +
-             "; the dt_proj GEMM (dt_rank <= 256) runs with its softplus as one mambacheck "
-             "kernel (kernels/dt_softplus.cu: WMMA 16x16x16, f32 accumulation, k ascending)";
+             "; with RunOptions::fused_dt_softplus (opt-in) the dt_proj GEMM runs with its "
+             "softplus as one mambacheck kernel instead (kernels/dt_softplus.cu: WMMA 16x16x16, "
+             "f32 accumulation, k ascending)";
   }
   return "unknown";
 }

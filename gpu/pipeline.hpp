@@ -215,8 +215,9 @@ class Pipeline final : public PipelineBase {
   const size_t scan_saved_floats_;  // per layer
   size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)
   const Gemm gemm_;
-  // F4c / B4 on the tensor-core tier: the dt_proj GEMM and its softplus in one kernel
-  // (kernels/dt_softplus.cuh); f32 storage and the strict tier keep cuBLAS + softplus.
+  // F4c / B4 with RunOptions::fused_dt_softplus (opt-in) on the tensor-core tier: the
+  // dt_proj GEMM and its softplus in one kernel (kernels/dt_softplus.cuh); otherwise, and
+  // always for f32 storage and the strict tier, cuBLAS then the softplus kernels.
   const bool fused_dt_;
   FiniteChecker fc_;
   int64_t bytes_ = 0;

@@ -87,7 +87,7 @@ int device() { return gpu::default_device(); }
 std::string param_name(const ::testing::TestParamInfo<Route>& info) {
   std::string n = std::string(to_string(info.param.dtype)) + "_" + to_string(info.param.scan) +
                   "_ds" + std::to_string(info.param.d_state) + "_" + to_string(det::tier(info.param)) +
-                  (det::route_name(info.param).find("-dt-cublas") != std::string::npos ? "_dt_cublas" : "");
+                  (det::route_name(info.param).find("-dt-fused") != std::string::npos ? "_dt_fused" : "");
   for (char& c : n)
     if (c == '-') c = '_';  // gtest names: [A-Za-z0-9_]
   return n;

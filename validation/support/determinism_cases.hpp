@@ -9,8 +9,8 @@
 // checkpointed scan (d_state 16 and 128); GEMM tiers (gpu/model.hpp): f32
 // strict, and bf16/f16 on both the tensor-core tier (the default) and the
 // strict tier, every scan route each; and bf16/f16 checkpointed ds16 on the
-// tensor-core tier with the dt_proj GEMM on cuBLAS instead of the fused
-// dt_proj + softplus kernel (RunOptions::fused_dt_softplus = false).
+// tensor-core tier with the opt-in fused dt_proj + softplus kernel
+// (RunOptions::fused_dt_softplus = true) instead of cuBLAS + softplus.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +33,9 @@ struct Route {
   ScanMode scan;
   int d_state;
   gpu::TypedGemm typed = gpu::TypedGemm::TensorCore;  // bf16/f16 GEMM tier (f32: strict)
-  // tensor-core tier: dt_proj + softplus fused (the default) or cuBLAS then the softplus
-  // kernels (RunOptions::fused_dt_softplus)
-  bool fused_dt = true;
+  // tensor-core tier: dt_proj on cuBLAS then the softplus kernels (the default), or both
+  // as one kernel (RunOptions::fused_dt_softplus, opt-in)
+  bool fused_dt = false;
 };
 
 inline gpu::GemmTier tier(const Route& r) {
@@ -43,11 +43,11 @@ inline gpu::GemmTier tier(const Route& r) {
 }
 
 // "f32/sequential/ds16/strict", "bf16/checkpointed/ds128/tensor-core",
-// "bf16/checkpointed/ds16/tensor-core-dt-cublas" (the unfused dt_proj path)
+// "bf16/checkpointed/ds16/tensor-core-dt-fused" (the fused dt_proj + softplus kernel)
 inline std::string route_name(const Route& r) {
-  const bool unfused = !r.fused_dt && tier(r) == gpu::GemmTier::TensorCore;
+  const bool fused = r.fused_dt && tier(r) == gpu::GemmTier::TensorCore;
   return std::string(to_string(r.dtype)) + "/" + to_string(r.scan) + "/ds" +
-         std::to_string(r.d_state) + "/" + to_string(tier(r)) + (unfused ? "-dt-cublas" : "");
+         std::to_string(r.d_state) + "/" + to_string(tier(r)) + (fused ? "-dt-fused" : "");
 }
 
 inline ModelConfig config(int d_state) {
@@ -79,8 +79,8 @@ inline std::vector<Route> routes() {
   for (DType t : {DType::BF16, DType::F16}) {
     scans(t, gpu::TypedGemm::TensorCore);
     scans(t, gpu::TypedGemm::Strict);
-    // the default scan route with the dt_proj GEMM on cuBLAS (the fused kernel's cross-check)
-    r.push_back({t, ScanMode::Checkpointed, 16, gpu::TypedGemm::TensorCore, false});
+    // the default scan route with the opt-in fused dt_proj + softplus kernel
+    r.push_back({t, ScanMode::Checkpointed, 16, gpu::TypedGemm::TensorCore, true});
   }
   return r;
 }
