@@ -112,7 +112,8 @@ struct RunOptions {
   // it shares (o_dn and dH_typed, gpu/pipeline.hpp), so that the workspace adds no bytes.
   size_t scan_partial_budget = 0;
   // bf16/f16 on the tensor-core tier: F4c's and B4's dt_proj GEMM with its softplus as one
-  // kernel (kernels/dt_softplus.cuh), opt-in. Default false: cuBLAS, then the softplus
+  // kernel (kernels/dt_softplus.cuh), opt-in; dt_rank above kDtSoftplusMaxRank (256) keeps
+  // the cuBLAS path. Default false: cuBLAS, then the softplus
   // kernels (what f32 and the strict tier always run). The fused kernel is bound by the
   // softplus's own arithmetic, as the unfused one is, so it did not pay on the H200: a tie
   // at dt_rank 48 and 64, 4 % slower at 128 (docs/performance-notes.md, 2026-12-03 evening).

@@ -179,12 +179,9 @@ void launch(const char* k, const DtSoftplusParams<T>& p, cudaStream_t stream) {
   if (kBwd) require_ptr(k, "d_delta", p.d_delta);
   const int64_t grid_y = (p.R + kTM - 1) / kTM;
   require_range(k, "ceil(rows / 64)", grid_y, 1, 65535, "grid y limit");
-  DtArgs<T> a{p, padded_rank(p.dr), false, false, false};
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  constexpr int64_t kPer = 16 / int64_t(sizeof(T));
-  a.vec = p.di % kVec == 0 && aligned(p.out) && (!kBwd || aligned(p.d_delta));
-  a.vec_a = p.dr % kPer == 0 && p.ld_in % kPer == 0 && aligned(p.dt_in);
-  a.vec_w = p.di % kPer == 0 && aligned(p.w);
+  constexpr int kPer = 16 / int(sizeof(T));
+  const DtArgs<T> a{p, padded_rank(p.dr), packable(kVec, {p.di}, {p.out, p.d_delta}),
+                    packable(kPer, {p.dr, p.ld_in}, {p.dt_in}), packable(kPer, {p.di}, {p.w})};
   const size_t bytes = smem_bytes(a.kp, sizeof(T));
   auto* kern = &dt_softplus_kernel<T, kBwd>;
   gpu::set_smem_limit(reinterpret_cast<const void*>(kern), bytes,

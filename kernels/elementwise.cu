@@ -328,16 +328,6 @@ template <class T>
 constexpr int pack_width() {
   return int(16 / sizeof(T));
 }
-// Whether a launch may move V elements at a time: every length / row stride a
-// multiple of V and every pointer 16-byte aligned (so every row start is too).
-bool packable(int V, std::initializer_list<int64_t> lengths,
-              std::initializer_list<const void*> ptrs) {
-  for (int64_t n : lengths)
-    if (n % V != 0) return false;
-  for (const void* p : ptrs)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
 
 void check_cols(const char* k, int64_t R, int64_t ld, int64_t off, int64_t w) {
   require_rows_cols(k, R, "width", w);

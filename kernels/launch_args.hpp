@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -63,6 +64,18 @@ inline void require_range(const char* kernel, const char* field, int64_t value, 
 
 inline void require_positive(const char* kernel, const char* field, int64_t value) {
   if (value < 1) fail_arg(kernel, field, value, ">=", 1);
+}
+
+// Whether a launch may move V elements at a time as 16-byte words: every length / row
+// stride a multiple of V and every pointer 16-byte aligned (so every row start is too; a
+// null pointer, for an absent tensor, passes).
+inline bool packable(int V, std::initializer_list<int64_t> lengths,
+                     std::initializer_list<const void*> ptrs) {
+  for (int64_t n : lengths)
+    if (n % V != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // A pointer the kernel dereferences (only checked when the tensor is non-empty).

@@ -85,11 +85,9 @@ constexpr int kRuns = 10;
 int device() { return gpu::default_device(); }
 
 std::string param_name(const ::testing::TestParamInfo<Route>& info) {
-  std::string n = std::string(to_string(info.param.dtype)) + "_" + to_string(info.param.scan) +
-                  "_ds" + std::to_string(info.param.d_state) + "_" + to_string(det::tier(info.param)) +
-                  (det::route_name(info.param).find("-dt-fused") != std::string::npos ? "_dt_fused" : "");
+  std::string n = det::route_name(info.param);
   for (char& c : n)
-    if (c == '-') c = '_';  // gtest names: [A-Za-z0-9_]
+    if (c == '/' || c == '-') c = '_';  // gtest names: [A-Za-z0-9_]
   return n;
 }
 

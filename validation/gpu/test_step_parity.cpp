@@ -660,7 +660,8 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
 // epilogue and staging), rows in one and several 64-row tiles; dt_in rows strided as in
 // xdbl (row stride 80 at d_model 768). The
 // accumulation order is the kernel's own (WMMA k-steps ascending), not cuBLAS's, so the
-// claim is the k-rule, and bitwise only against itself (rerun).
+// claim here is the k-rule; its run-to-run bits are the determinism suite's
+// (…/tensor-core-dt-fused routes).
 TYPED_TEST(StepParity, DtProjSoftplusFusedOnTensorCores) {
   if constexpr (std::is_same_v<TypeParam, float>) {
     GTEST_SKIP() << "f32 storage runs dt_proj on cuBLAS's strict tier, then softplus_bias_fwd";
