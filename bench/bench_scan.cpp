@@ -163,12 +163,16 @@ std::vector<ScanCase> make_cases(const BenchFlags& f) {
 }
 
 // ---------------------------------------------------------------------------
+// --partial_budget (bytes; 0 = the scan's default, scan::kDefaultPartialBudget): the
+// checkpointed backward's dB/dC partial budget of every case, set once by main.
+size_t g_partial_budget = 0;
+
 // Bytes the scan itself allocates for a case: the states the forward saves
 // and, with a backward, its workspace.
 size_t case_scan_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const scan::Shape s{B, c.T, di, c.ds};
   return 4 * scan::saved_floats(s, c.run.route) +
-         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route) : 0);
+         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route, g_partial_budget) : 0);
 }
 
 // Bytes a case allocates (checked against the budget before allocating).
@@ -299,7 +303,7 @@ class TypedScanRun final : public ScanRun {
       dC_ = DeviceBuffer(size_t(BT * ds) * 4, "dC [B*T,ds]");
       dD_ = DeviceBuffer(size_t(di) * 4, "dD [di]");
       dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
-      ws_ = DeviceBuffer(std::max<size_t>(1, scan::bwd_workspace_bytes(shape_, c.run.route)),
+      ws_ = DeviceBuffer(std::max<size_t>(1, scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget)),
                          "scan backward workspace");
     }
     fill_inputs(s);
@@ -380,6 +384,7 @@ class TypedScanRun final : public ScanRun {
     p.dA_log = dA_log_.as<float>();
     p.workspace = ws_.get();
     p.workspace_bytes = ws_.bytes();
+    p.partial_budget = g_partial_budget;
     scan::backward<T>(p, s);
   }
 
@@ -632,6 +637,8 @@ int main_impl(int argc, char** argv) {
               "  --batch=B          batch size of every case (default 8)\n"
               "  --d_inner=DI       channels of every case (default 1536, mamba-130m)\n"
               "  --mem_budget=F     skip cases needing more than F x device memory (0.4)\n"
+              "  --partial_budget=MIB  the checkpointed backward's dB/dC partials budget\n"
+              "                     (default 0: the scan's own, kDefaultPartialBudget)\n"
               "  --cases=T:DS,...   the (T, d_state) pairs (default 512:16,2048:16,8192:16,2048:256)\n"
               "  --routes=R,...     of checkpointed-hw, checkpointed-acc, chunked, sequential\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
@@ -641,10 +648,12 @@ int main_impl(int argc, char** argv) {
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   ScanBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw,
-                                {"batch", "d_inner", "mem_budget", "plan", "cases", "routes", "dtypes"});
+                                {"batch", "d_inner", "mem_budget", "plan", "cases", "routes", "dtypes",
+                                 "partial_budget"});
   g.B = g.flags.get_int("batch", 8, 1, Limits::kMaxBatch);
   g.di = g.flags.get_int("d_inner", 1536, 1, Limits::kMaxDInner);
   g.budget_frac = g.flags.get_double("mem_budget", 0.4, 0.01, 0.95);
+  g_partial_budget = size_t(g.flags.get_int("partial_budget", 0, 0, int64_t(1) << 20)) << 20;
 
   if (g.flags.values.count("plan")) {
     print_plan(make_cases(g.flags), g.B, g.di,
@@ -692,6 +701,9 @@ int main_impl(int argc, char** argv) {
                    "within a first-order f32 error bound + 1 ulp of the output dtype "
                    "(bench/scan_sanity.hpp); verified = 1/0");
   AddCustomContext("mem_budget_bytes", std::to_string(g.budget_bytes));
+  AddCustomContext("partial_budget_bytes",
+                   g_partial_budget ? std::to_string(g_partial_budget)
+                                    : std::to_string(scan::kDefaultPartialBudget) + " (default)");
 
   const std::vector<ScanCase> all = make_cases(g.flags);
   std::vector<ScanCase> mine;

@@ -105,7 +105,7 @@ struct RunOptions {
   bool state_grads = false;        // compute ∂L/∂(initial conv/SSM state)
   bool check_finite = false;       // scan every step's outputs for NaN/Inf
   // Most bytes the checkpointed scan backward's dB/dC partials may take (0 = the scan's
-  // default, kern::scan::kDefaultPartialBudget, 1 GiB). A smaller budget runs that backward
+  // default, kern::scan::kDefaultPartialBudget, 512 MiB). A smaller budget runs that backward
   // in more segments of whole chunks with the same bits (test_determinism ScanSegments): at
   // 32 MiB the bf16 768/2048 step takes 60 MB less and runs ~1 % slower (performance-notes.md).
   // kScanPartialsFitScratch: the largest budget whose workspace fits in the backward scratch

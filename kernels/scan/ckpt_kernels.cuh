@@ -66,14 +66,22 @@ namespace mc::kern::scan_detail {
 // registers / (3 · 128 threads) caps it at 168 registers, and 3 blocks' shared memory
 // (<= 75 KiB each at f32, d_state <= 16, no fused epilogue) fits the 228 KB carveout, so
 // the 384 blocks of B 8, d_inner 1536 run as one wave of 396 slots instead of 1.45 waves
-// of 264 (f32 used 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128) a
-// block's shared memory alone allows one per SM, so no register bound is asked.
+// of 264 (f32 used 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128)
+// the chunk is 8 steps and a batch 2 (ckpt_chunk, ckpt_q), so that two blocks' shared
+// memory (<= 101 KiB each at f32) fits an SM; 2 blocks of 128 threads leave 256
+// registers a thread, so the bound caps nothing there.
 constexpr int kCkptWarps = 4;
 constexpr int kCkptMaxThreads = 32 * kCkptWarps;
-constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 1; }
+constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 2; }
+// Checkpoint stride K (steps per chunk) of the states-per-thread plan: 16, and 8 at S = 8,
+// where a 16-step chunk's hs (68 KB), B/C tiles (64 KB at f32) and warp sums left room for
+// one block of 4 warps per SM (4 warps an SM: latency-bound). The halved chunk doubles the
+// checkpoints (3.2 GB at B 8, T 2048, d_inner 1536, d_state 256).
+__host__ __device__ constexpr int ckpt_chunk(int S) { return S == 8 ? 8 : 16; }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
-// are small (DP <= 16: 8 KB double-buffered), else 4.
-__host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : 4; }
+// are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128, 2 above (32 KB
+// double-buffered at DP = 256).
+__host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : (dp <= 128 ? 4 : 2); }
 // Backward: recomputed steps whose states a thread holds in registers before storing
 // them to hs (S·RG registers): the whole chunk at (S, L) = (4, 4), half of it where the
 // wider lane groups or 8 states per thread leave fewer registers (ptxas spilled there).

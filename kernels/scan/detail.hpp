@@ -17,7 +17,7 @@ namespace mc::kern::scan_detail {
 // Host view of the checkpointed geometry (mirrors CkptGeom of ckpt_kernels.cuh).
 struct CkptPlan {
   int S = 4;           // states per thread
-  int K = 16;          // checkpoint stride = backward register chunk
+  int K = 16;          // checkpoint stride = backward register chunk (ckpt_chunk(S))
   int lanes = 1;       // threads per channel
   int log2_lanes = 0;
   int warps = 4;       // per block

@@ -148,7 +148,7 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
   // to 128, (32, 8) up to 256 — the kernels are compiled for these four (the lane
   // butterflies unrolled); smaller d_state leaves states masked (zero).
   pl.S = s.ds <= 128 ? 4 : 8;
-  pl.K = 16;
+  pl.K = ckpt_chunk(pl.S);
   pl.lanes = s.ds <= 16 ? 4 : (s.ds <= 64 ? 16 : 32);
   pl.log2_lanes = pl.lanes == 4 ? 2 : (pl.lanes == 16 ? 4 : 5);
   pl.warps = kCkptWarps;  // the kernels are compiled for this block size

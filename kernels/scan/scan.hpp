@@ -136,10 +136,10 @@ struct BwdParams {
   // the same value to bwd_workspace_bytes.
   size_t partial_budget = 0;
 };
-// 1 GiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 21845; d_state 256
-// at T 2048 runs 13 segments of 160 steps, and its partials (12.9 GB in one segment) take
-// 1.0 GB beside 1.6 GB of checkpoints.
-constexpr size_t kDefaultPartialBudget = size_t(1) << 30;
+// 512 MiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 10922; d_state 256
+// at T 2048 (8-step chunks) runs 26 segments of 80 steps, and its partials (12.9 GB in one
+// segment) take 0.50 GB beside 3.2 GB of checkpoints: 3.8 GB of scan memory in all.
+constexpr size_t kDefaultPartialBudget = size_t(512) << 20;
 
 // The backward of forward call `f`: its shape, route, exponential, inputs and
 // saved buffer. The upstream gradients, the outputs and the workspace are the
