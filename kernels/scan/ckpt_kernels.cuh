@@ -67,21 +67,25 @@ namespace mc::kern::scan_detail {
 // (<= 75 KiB each at f32, d_state <= 16, no fused epilogue) fits the 228 KB carveout, so
 // the 384 blocks of B 8, d_inner 1536 run as one wave of 396 slots instead of 1.45 waves
 // of 264 (f32 used 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128)
-// the chunk is 8 steps and a batch 2 (ckpt_chunk, ckpt_q), so that two blocks' shared
-// memory (<= 101 KiB each at f32) fits an SM; 2 blocks of 128 threads leave 256
-// registers a thread, so the bound caps nothing there.
+// the chunk is 8 steps (ckpt_chunk) and a batch 2 steps at f32, 1 at bf16/f16 (ckpt_q):
+// two f32 blocks (<= 101 KiB of shared memory each; the bound caps nothing: 2 blocks of
+// 128 threads leave 256 registers a thread) or three bf16/f16 blocks (<= 71 KiB each,
+// and the bound caps them at 168 registers) fit an SM.
 constexpr int kCkptWarps = 4;
 constexpr int kCkptMaxThreads = 32 * kCkptWarps;
-constexpr int ckpt_bwd_min_blocks(int S) { return S == 4 ? 3 : 2; }
+constexpr int ckpt_bwd_min_blocks(int S, size_t elem) { return S == 4 || elem == 2 ? 3 : 2; }
 // Checkpoint stride K (steps per chunk) of the states-per-thread plan: 16, and 8 at S = 8,
 // where a 16-step chunk's hs (68 KB), B/C tiles (64 KB at f32) and warp sums left room for
 // one block of 4 warps per SM (4 warps an SM: latency-bound). The halved chunk doubles the
 // checkpoints (3.2 GB at B 8, T 2048, d_inner 1536, d_state 256).
 __host__ __device__ constexpr int ckpt_chunk(int S) { return S == 8 ? 8 : 16; }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
-// are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128, 2 above (32 KB
-// double-buffered at DP = 256).
-__host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : (dp <= 128 ? 4 : 2); }
+// are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128; above, 2 at f32 storage
+// (32 KB double-buffered at DP = 256) and 1 at 2-byte storage (16 KB), whose smaller B/C
+// tiles then leave room for a third block per SM (ckpt_bwd_min_blocks).
+__host__ __device__ constexpr int ckpt_q(int dp, size_t elem) {
+  return dp <= 16 ? 8 : (dp <= 128 ? 4 : (elem == 2 ? 1 : 2));
+}
 // Backward: recomputed steps whose states a thread holds in registers before storing
 // them to hs (S·RG registers): the whole chunk at (S, L) = (4, 4), half of it where the
 // wider lane groups or 8 states per thread leave fewer registers (ptxas spilled there).
@@ -89,10 +93,11 @@ __host__ __device__ constexpr int ckpt_recompute_group(int S, int L, int K) {
   return S == 4 && L == 4 ? K : K / 2;
 }
 // Forward: checkpoint chunks per pipeline stage. The forward stages, transforms and
-// stores ckpt_fwd_stage·K steps at a time (one barrier, one pass of index arithmetic
-// per stage) and writes a checkpoint every K steps inside the stage: 2 up to DP = 64,
-// 1 above (there the B/C tiles dominate shared memory).
-__host__ __device__ constexpr int ckpt_fwd_stage(int dp) { return dp <= 64 ? 2 : 1; }
+// stores 32 steps at a time up to DP = 64 and 16 above (there the B/C tiles dominate
+// shared memory) — one barrier, one pass of index arithmetic per stage — and writes a
+// checkpoint every K steps inside the stage: 2 chunks per stage at K = 16 up to DP = 64,
+// 1 above, and 2 at d_state > 128 (K = 8).
+__host__ __device__ constexpr int ckpt_fwd_stage(int dp, int k) { return (dp <= 64 ? 32 : 16) / k; }
 
 struct CkptGeom {
   int lanes = 1;       // L
@@ -148,8 +153,8 @@ struct CkptSmem {
 __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
   return size_t(32) * g.warps * S;
 }
-__host__ __device__ inline size_t wsum_batch_floats(const CkptGeom& g) {  // one warp, one batch
-  return size_t(ckpt_q(g.ds_pad)) * 2 * g.ds_pad;
+__host__ __device__ inline size_t wsum_batch_floats(const CkptGeom& g, size_t elem) {  // one warp, one batch
+  return size_t(ckpt_q(g.ds_pad, elem)) * 2 * g.ds_pad;
 }
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
                                               int n_act, int n_sc, int n_out, bool backward) {
@@ -160,7 +165,7 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
-  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
+  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g, elem), 4) : 0);
   return m;
 }
 // The tensors each direction stages and the scalars it keeps (the z / softplus
@@ -314,11 +319,11 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
 
 // ---- forward --------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(KF, .., backward = false)
-// with KF = ckpt_fwd_stage(DP)·K rows per stage.
+// with KF = ckpt_fwd_stage(DP, K)·K rows per stage.
 template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
-  constexpr int FS = ckpt_fwd_stage(DP), KF = FS * K;  // checkpoints / steps per stage
+  constexpr int FS = ckpt_fwd_stage(DP, K), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
@@ -449,16 +454,16 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 // ---- backward -------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = true).
 template <class T, int S, int L, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S))
+__global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof(T)))
     ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int CW = 32 / L;  // channels per warp
   constexpr int CB = kCkptWarps * CW, DP = L * S, W = kCkptWarps;
-  constexpr int Q = ckpt_q(DP);
+  constexpr int Q = ckpt_q(DP, sizeof(T));
   constexpr int NV = 2 * S;       // a lane's dB and dC terms per step
   constexpr int R = NV / CW;      // its sums after the channel reduce-scatter
   constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
-  constexpr int QD = Q / 2;  // walked steps whose sums and outputs are stored together
+  constexpr int QD = Q > 1 ? Q / 2 : 1;  // walked steps whose sums and outputs are stored together
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");

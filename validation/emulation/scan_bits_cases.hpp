@@ -62,8 +62,8 @@ struct Case {
 // Every route on every shape it supports, f32, bf16 and f16: chunk boundaries of
 // the checkpointed stride (T = 17, 33), several channel blocks with the last one
 // partial (di = 75), the chunked route past one chunk (T = 257) and with its
-// backward's channel grouping (B·di >= 2048), odd d_state (5, 65, 129),
-// sequential's limit (ds = 64),
+// backward's channel grouping (B·di >= 2048), odd d_state (5, 65, 129; 129 in every
+// dtype: the plan of 8 states a thread), sequential's limit (ds = 64),
 // strided B/C rows, and the accumulate/initial-state/upstream-gradient options.
 inline std::vector<Case> cases() {
   struct Shape {
@@ -79,6 +79,7 @@ inline std::vector<Case> cases() {
                               {2, 41, 19, 16, false, true, true}};
   const Shape typed_shapes[] = {{2, 37, 19, 16, true, false, false},
                                 {1, 33, 21, 65, false, true, false},
+                                {1, 19, 9, 129, false, false, false},  // 8 states a thread
                                 {2, 41, 19, 16, false, true, true}};
   std::vector<Case> v;
   auto add = [&](DType dt, const Shape& s) {
