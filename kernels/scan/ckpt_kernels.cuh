@@ -93,11 +93,15 @@ __host__ __device__ constexpr int ckpt_recompute_group(int S, int L, int K) {
   return S == 4 && L == 4 ? K : K / 2;
 }
 // Forward: checkpoint chunks per pipeline stage. The forward stages, transforms and
-// stores 32 steps at a time up to DP = 64 and 16 above (there the B/C tiles dominate
-// shared memory) — one barrier, one pass of index arithmetic per stage — and writes a
-// checkpoint every K steps inside the stage: 2 chunks per stage at K = 16 up to DP = 64,
-// 1 above, and 2 at d_state > 128 (K = 8).
-__host__ __device__ constexpr int ckpt_fwd_stage(int dp, int k) { return (dp <= 64 ? 32 : 16) / k; }
+// stores a stage of steps at a time (one barrier, one pass of index arithmetic per
+// stage) and writes a checkpoint every K steps inside it: 32 steps up to DP = 64 (2
+// chunks of 16); above, where the B/C tiles dominate shared memory, 16 steps at 2-byte
+// storage (2 chunks of 8 at d_state > 128) and one chunk at f32. Measured at d_state 256,
+// T 2048 (H200, performance-notes.md): 16-step stages took the bf16 forward from 3463 to
+// 3184 us and the f32 one from 5187 to 5518 us.
+__host__ __device__ constexpr int ckpt_fwd_stage(int dp, int k, size_t elem) {
+  return dp <= 64 ? 32 / k : (elem == 2 ? 16 / k : 1);
+}
 
 struct CkptGeom {
   int lanes = 1;       // L
@@ -319,11 +323,11 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
 
 // ---- forward --------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(KF, .., backward = false)
-// with KF = ckpt_fwd_stage(DP, K)·K rows per stage.
+// with KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage.
 template <class T, int S, int L, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
-  constexpr int FS = ckpt_fwd_stage(DP, K), KF = FS * K;  // checkpoints / steps per stage
+  constexpr int FS = ckpt_fwd_stage(DP, K, sizeof(T)), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);

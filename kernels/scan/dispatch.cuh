@@ -77,8 +77,9 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
                 async_rows(a.z, a.ld_z, pl.cb);
   const bool has_z = a.z != nullptr;
-  const size_t smem = ckpt_smem(g, ckpt_fwd_stage(L * S, K) * K, S, sizeof(T), fwd_n_act(has_z),
-                                fwd_n_sc(has_z), fwd_n_out(), false)
+  const int stage_steps = ckpt_fwd_stage(L * S, K, sizeof(T)) * K;
+  const size_t smem = ckpt_smem(g, stage_steps, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z),
+                                fwd_n_out(), false)
                           .total;
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +

@@ -165,7 +165,7 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
   // f32 storage, no fused epilogue (the launch computes its own case)
   pl.smem_bytes = backward ? ckpt_smem(g, pl.K, pl.S, 4, bwd_n_act(false), bwd_n_sc(false, false),
                                        bwd_n_out(false), true).total
-                           : ckpt_smem(g, ckpt_fwd_stage(pl.ds_pad, pl.K) * pl.K, pl.S, 4,
+                           : ckpt_smem(g, ckpt_fwd_stage(pl.ds_pad, pl.K, 4) * pl.K, pl.S, 4,
                                        fwd_n_act(false), fwd_n_sc(false), fwd_n_out(), false)
                                  .total;
   return pl;
