@@ -73,18 +73,24 @@ namespace mc::kern::scan_detail {
 // and the bound caps them at 168 registers) fit an SM.
 constexpr int kCkptWarps = 4;
 constexpr int kCkptMaxThreads = 32 * kCkptWarps;
-constexpr int ckpt_bwd_min_blocks(int S, size_t elem) { return S == 4 || elem == 2 ? 3 : 2; }
+constexpr int ckpt_bwd_min_blocks(int S, size_t elem) { return S == 4 || elem == 2 ? 3 : 3; }
 // Checkpoint stride K (steps per chunk) of the states-per-thread plan: 16, and 8 at S = 8,
 // where a 16-step chunk's hs (68 KB), B/C tiles (64 KB at f32) and warp sums left room for
 // one block of 4 warps per SM (4 warps an SM: latency-bound). The halved chunk doubles the
 // checkpoints (3.2 GB at B 8, T 2048, d_inner 1536, d_state 256).
 __host__ __device__ constexpr int ckpt_chunk(int S) { return S == 8 ? 8 : 16; }
+// Backward: B/C tiles in one buffer instead of two (f32 storage at S = 8, where the two
+// buffers' 32 KB would keep a third block off the SM). The next chunk's B/C rows are then
+// staged after the chunk's last batch barrier instead of beside its math.
+__host__ __device__ constexpr bool ckpt_single_bc(int S, size_t elem, bool backward) {
+  return backward && S == 8 && elem == 4;
+}
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128; above, 2 at f32 storage
 // (32 KB double-buffered at DP = 256) and 1 at 2-byte storage (16 KB), whose smaller B/C
 // tiles then leave room for a third block per SM (ckpt_bwd_min_blocks).
 __host__ __device__ constexpr int ckpt_q(int dp, size_t elem) {
-  return dp <= 16 ? 8 : (dp <= 128 ? 4 : (elem == 2 ? 1 : 2));
+  return dp <= 16 ? 8 : (dp <= 128 ? 4 : (elem == 2 ? 1 : 1));
 }
 // Backward: recomputed steps whose states a thread holds in registers before storing
 // them to hs (S·RG registers): the whole chunk at (S, L) = (4, 4), half of it where the
@@ -165,7 +171,7 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   CkptSmem m;
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
-  m.sc = m.bc + 4 * smem_region(size_t(K) * g.ds_pad, elem);
+  m.sc = m.bc + (ckpt_single_bc(S, elem, backward) ? 2 : 4) * smem_region(size_t(K) * g.ds_pad, elem);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
@@ -292,14 +298,14 @@ __device__ __forceinline__ void store_states(float* p, bool vec, int valid, cons
   }
 }
 
-// Zero the padding columns (ds .. DP) of the four B/C tile buffers once: the
-// staging never writes them, the masked states read them.
+// Zero the padding columns (ds .. DP) of the B/C tiles once (`tiles`: 4 for two buffers of
+// B and C, 2 for one): the staging never writes them, the masked states read them.
 template <class T>
-__device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds) {
+__device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds, int tiles = 4) {
   const int pad = DP - int(ds);
   if (pad <= 0) return;
   const size_t buf = smem_region(size_t(K) * DP, sizeof(T)) / sizeof(T);
-  for (int e = int(threadIdx.x); e < 4 * K * pad; e += int(blockDim.x)) {
+  for (int e = int(threadIdx.x); e < tiles * K * pad; e += int(blockDim.x)) {
     const int t = e / (K * pad), r = (e / pad) % K, c = int(ds) + e % pad;
     bc[size_t(t) * buf + r * DP + c] = zero_elem<T>();
   }
@@ -467,6 +473,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof
   constexpr int R = NV / CW;      // its sums after the channel reduce-scatter
   constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
+  constexpr bool SB = ckpt_single_bc(S, sizeof(T), true);  // one B/C buffer
   constexpr int QD = Q > 1 ? Q / 2 : 1;  // walked steps whose sums and outputs are stored together
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
@@ -487,7 +494,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof
   auto raw = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * bwd_n_act(has_z) + i) * act_bytes);
   };
-  auto bct = [&](int bf, int i) { return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes); };
+  auto bct = [&](int bf, int i) {
+    return reinterpret_cast<T*>(base + lay.bc + (2 * (SB ? 0 : bf) + i) * bc_bytes);
+  };
   float* sc_delta = reinterpret_cast<float*>(base + lay.sc);
   float* sc_u = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
   float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
@@ -543,7 +552,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof
     if (has_z) store_chunk<T, CB>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(2), rows, m.cols_valid);
   };
   int wb = 0;  // wsum buffer
-  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
+  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds, SB ? 2 : 4);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
   auto stage = [&](int64_t c, int bf) {
@@ -558,13 +567,18 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof
     if (has_z)
       stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
                     g.async_act, act_map);
+  };
+  auto stage_bc = [&](int64_t c, int bf) {
+    const int64_t r = row0 + c * K;
+    const int rv = int(min(int64_t(K), p.T - c * K));
     stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
                   g.async_bc, bc_map);
     stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
                   g.async_bc, bc_map);
-    cp_async_commit();
   };
   stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
+  stage_bc(p.c_hi - 1, int((p.c_hi - 1) & 1));
+  cp_async_commit();
 
   for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
     const int bf = int(c & 1);
@@ -575,7 +589,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof
                    m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
-    if (c > p.c_lo) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
+    if (c > p.c_lo) {  // copies overlap this chunk's math (one B/C buffer: see below)
+      stage(c - 1, bf ^ 1);
+      if (!SB) stage_bc(c - 1, bf ^ 1);
+      cp_async_commit();
+    }
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
@@ -709,6 +727,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof
         }
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
+      // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
+      if (SB && qb == 0 && c > p.c_lo) {
+        stage_bc(c - 1, 0);
+        cp_async_commit();
+      }
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
         const float* wbuf = wsum + size_t(wb) * W * NO;
