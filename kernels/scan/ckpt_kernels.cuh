@@ -67,13 +67,12 @@ namespace mc::kern::scan_detail {
 // (<= 75 KiB each at f32, d_state <= 16, no fused epilogue) fits the 228 KB carveout, so
 // the 384 blocks of B 8, d_inner 1536 run as one wave of 396 slots instead of 1.45 waves
 // of 264 (f32 used 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128)
-// the chunk is 8 steps (ckpt_chunk) and a batch 2 steps at f32, 1 at bf16/f16 (ckpt_q):
-// two f32 blocks (<= 101 KiB of shared memory each; the bound caps nothing: 2 blocks of
-// 128 threads leave 256 registers a thread) or three bf16/f16 blocks (<= 71 KiB each,
-// and the bound caps them at 168 registers) fit an SM.
+// the chunk is 8 steps (ckpt_chunk), a batch 1 step (ckpt_q) and, at f32, the B/C tiles
+// single-buffered (ckpt_single_bc), so that three blocks (<= 71 KiB each) fit an SM there
+// too, at the same 168-register cap (no spill at f32, 8-16 bytes of stack at bf16/f16).
 constexpr int kCkptWarps = 4;
 constexpr int kCkptMaxThreads = 32 * kCkptWarps;
-constexpr int ckpt_bwd_min_blocks(int S, size_t elem) { return S == 4 || elem == 2 ? 3 : 3; }
+constexpr int kCkptBwdMinBlocks = 3;
 // Checkpoint stride K (steps per chunk) of the states-per-thread plan: 16, and 8 at S = 8,
 // where a 16-step chunk's hs (68 KB), B/C tiles (64 KB at f32) and warp sums left room for
 // one block of 4 warps per SM (4 warps an SM: latency-bound). The halved chunk doubles the
@@ -81,17 +80,15 @@ constexpr int ckpt_bwd_min_blocks(int S, size_t elem) { return S == 4 || elem ==
 __host__ __device__ constexpr int ckpt_chunk(int S) { return S == 8 ? 8 : 16; }
 // Backward: B/C tiles in one buffer instead of two (f32 storage at S = 8, where the two
 // buffers' 32 KB would keep a third block off the SM). The next chunk's B/C rows are then
-// staged after the chunk's last batch barrier instead of beside its math.
+// staged after the chunk's last batch barrier instead of beside its math. Measured at
+// T 2048, d_state 256 (H200, performance-notes.md): f32 backward 31.7 -> 25.7 ms.
 __host__ __device__ constexpr bool ckpt_single_bc(int S, size_t elem, bool backward) {
   return backward && S == 8 && elem == 4;
 }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
-// are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128; above, 2 at f32 storage
-// (32 KB double-buffered at DP = 256) and 1 at 2-byte storage (16 KB), whose smaller B/C
-// tiles then leave room for a third block per SM (ckpt_bwd_min_blocks).
-__host__ __device__ constexpr int ckpt_q(int dp, size_t elem) {
-  return dp <= 16 ? 8 : (dp <= 128 ? 4 : (elem == 2 ? 1 : 1));
-}
+// are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128, 1 above (16 KB
+// double-buffered at DP = 256; 4 steps were 64 KB and kept the block alone on its SM).
+__host__ __device__ constexpr int ckpt_q(int dp) { return dp <= 16 ? 8 : (dp <= 128 ? 4 : 1); }
 // Backward: recomputed steps whose states a thread holds in registers before storing
 // them to hs (S·RG registers): the whole chunk at (S, L) = (4, 4), half of it where the
 // wider lane groups or 8 states per thread leave fewer registers (ptxas spilled there).
@@ -163,8 +160,8 @@ struct CkptSmem {
 __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
   return size_t(32) * g.warps * S;
 }
-__host__ __device__ inline size_t wsum_batch_floats(const CkptGeom& g, size_t elem) {  // one warp, one batch
-  return size_t(ckpt_q(g.ds_pad, elem)) * 2 * g.ds_pad;
+__host__ __device__ inline size_t wsum_batch_floats(const CkptGeom& g) {  // one warp, one batch
+  return size_t(ckpt_q(g.ds_pad)) * 2 * g.ds_pad;
 }
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
                                               int n_act, int n_sc, int n_out, bool backward) {
@@ -175,7 +172,7 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
-  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g, elem), 4) : 0);
+  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   return m;
 }
 // The tensors each direction stages and the scalars it keeps (the z / softplus
@@ -464,11 +461,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 // ---- backward -------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = true).
 template <class T, int S, int L, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(S, sizeof(T)))
+__global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int CW = 32 / L;  // channels per warp
   constexpr int CB = kCkptWarps * CW, DP = L * S, W = kCkptWarps;
-  constexpr int Q = ckpt_q(DP, sizeof(T));
+  constexpr int Q = ckpt_q(DP);
   constexpr int NV = 2 * S;       // a lane's dB and dC terms per step
   constexpr int R = NV / CW;      // its sums after the channel reduce-scatter
   constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
