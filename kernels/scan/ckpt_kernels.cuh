@@ -141,7 +141,8 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 
 // Shared memory layout (bytes, every region 16-byte aligned), both directions:
 //   raw [2 buffers][n_act][K][RL] T     the staged activation rows (n_act tensors)
-//   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0)
+//   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0); one
+//                                       buffer in the backward where ckpt_single_bc
 //   sc  [n_sc][K][SL] f32               the transformed per-(t, d) scalars
 //   out [n_ob][n_out][K][CB] f32        the per-(t, d) outputs of a chunk (y; dδ, du, dz),
 //                                       written to device memory by the whole block, one
@@ -168,7 +169,8 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   CkptSmem m;
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
-  m.sc = m.bc + (ckpt_single_bc(S, elem, backward) ? 2 : 4) * smem_region(size_t(K) * g.ds_pad, elem);
+  const size_t bc_tiles = ckpt_single_bc(S, elem, backward) ? 2 : 4;
+  m.sc = m.bc + bc_tiles * smem_region(size_t(K) * g.ds_pad, elem);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
@@ -491,9 +493,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   auto raw = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * bwd_n_act(has_z) + i) * act_bytes);
   };
-  auto bct = [&](int bf, int i) {
-    return reinterpret_cast<T*>(base + lay.bc + (2 * (SB ? 0 : bf) + i) * bc_bytes);
-  };
+  auto bct = [&](int bf, int i) { return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes); };
   float* sc_delta = reinterpret_cast<float*>(base + lay.sc);
   float* sc_u = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
   float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
@@ -552,6 +552,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds, SB ? 2 : 4);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
+  // chunk c's tiles into buffer bf, one cp.async group
   auto stage = [&](int64_t c, int bf) {
     const int64_t r = row0 + c * K;
     const int rv = int(min(int64_t(K), p.T - c * K));
@@ -564,18 +565,46 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     if (has_z)
       stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
                     g.async_act, act_map);
-  };
-  auto stage_bc = [&](int64_t c, int bf) {
-    const int64_t r = row0 + c * K;
-    const int rv = int(min(int64_t(K), p.T - c * K));
     stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
                   g.async_bc, bc_map);
     stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
                   g.async_bc, bc_map);
+    cp_async_commit();
   };
-  stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
-  stage_bc(p.c_hi - 1, int((p.c_hi - 1) & 1));
-  cp_async_commit();
+  // SB (one B/C buffer): the B/C tiles always in buffer 0 (bct_sb), the activation tiles
+  // staged beside the chunk's math (stage_acts_sb) and the B/C rows after the chunk's
+  // last batch barrier (stage_bc_sb); the caller commits the cp.async groups.
+  auto bct_sb = [&](int bf, int i) {
+    return reinterpret_cast<T*>(base + lay.bc + (2 * (SB ? 0 : bf) + i) * bc_bytes);
+  };
+  auto stage_acts_sb = [&](int64_t c, int bf) {
+    const int64_t r = row0 + c * K;
+    const int rv = int(min(int64_t(K), p.T - c * K));
+    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+                  m.cols_valid, g.async_act, act_map);
+    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
+                  g.async_act, act_map);
+    stage_tile<T>(raw(bf, 2), RL, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
+                  g.async_act, act_map);
+    if (has_z)
+      stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+                    g.async_act, act_map);
+  };
+  auto stage_bc_sb = [&](int64_t c, int bf) {
+    const int64_t r = row0 + c * K;
+    const int rv = int(min(int64_t(K), p.T - c * K));
+    stage_tile<T>(bct_sb(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc, bc_map);
+    stage_tile<T>(bct_sb(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc, bc_map);
+  };
+  if constexpr (SB) {
+    stage_acts_sb(p.c_hi - 1, int((p.c_hi - 1) & 1));
+    stage_bc_sb(p.c_hi - 1, int((p.c_hi - 1) & 1));
+    cp_async_commit();
+  } else {
+    stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
+  }
 
   for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
     const int bf = int(c & 1);
@@ -586,10 +615,13 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
                    m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
-    if (c > p.c_lo) {  // copies overlap this chunk's math (one B/C buffer: see below)
-      stage(c - 1, bf ^ 1);
-      if (!SB) stage_bc(c - 1, bf ^ 1);
-      cp_async_commit();
+    if constexpr (SB) {  // the B/C rows follow after the last batch barrier (below)
+      if (c > p.c_lo) {
+        stage_acts_sb(c - 1, bf ^ 1);
+        cp_async_commit();
+      }
+    } else {
+      if (c > p.c_lo) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
     }
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
@@ -611,8 +643,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       sc_dy[es] = dyv;
     }
     __syncwarp();
-    const T* Bt = bct(bf, 0) + m.n0;
-    const T* Ct = bct(bf, 1) + m.n0;
+    const T* Bt = (SB ? bct_sb(bf, 0) : bct(bf, 0)) + m.n0;
+    const T* Ct = (SB ? bct_sb(bf, 1) : bct(bf, 1)) + m.n0;
 
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
     // states and y stay in registers and are stored after the group's last step: a
@@ -725,9 +757,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
-      if (SB && qb == 0 && c > p.c_lo) {
-        stage_bc(c - 1, 0);
-        cp_async_commit();
+      if constexpr (SB) {
+        if (qb == 0 && c > p.c_lo) {
+          stage_bc_sb(c - 1, 0);
+          cp_async_commit();
+        }
       }
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
