@@ -69,7 +69,7 @@ namespace mc::kern::scan_detail {
 // of 264 (f32 used 171 registers without the bound: 2 blocks). At S = 8 (d_state > 128)
 // the chunk is 8 steps (ckpt_chunk), a batch 1 step (ckpt_q) and, at f32, the B/C tiles
 // single-buffered (ckpt_single_bc), so that three blocks (<= 71 KiB each) fit an SM there
-// too, at the same 168-register cap (no spill at f32, 8-16 bytes of stack at bf16/f16).
+// too, at the same 168-register cap (no spill at f32, up to 8 bytes of stack at bf16/f16).
 constexpr int kCkptWarps = 4;
 constexpr int kCkptMaxThreads = 32 * kCkptWarps;
 constexpr int kCkptBwdMinBlocks = 3;
