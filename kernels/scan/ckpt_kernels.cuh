@@ -574,6 +574,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // SB (one B/C buffer): the B/C tiles always in buffer 0 (bct_sb), the activation tiles
   // staged beside the chunk's math (stage_acts_sb) and the B/C rows after the chunk's
   // last batch barrier (stage_bc_sb); the caller commits the cp.async groups.
+  // stage_acts_sb repeats stage's first half on purpose: stage calling a shared lambda
+  // moved ptxas's register allocation in every other instance (cuobjdump -sass), whose
+  // timings are those of this form (performance-notes.md, 2026-12-03 night).
   auto bct_sb = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.bc + (2 * (SB ? 0 : bf) + i) * bc_bytes);
   };
