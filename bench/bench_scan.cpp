@@ -303,8 +303,8 @@ class TypedScanRun final : public ScanRun {
       dC_ = DeviceBuffer(size_t(BT * ds) * 4, "dC [B*T,ds]");
       dD_ = DeviceBuffer(size_t(di) * 4, "dD [di]");
       dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
-      ws_ = DeviceBuffer(std::max<size_t>(1, scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget)),
-                         "scan backward workspace");
+      const size_t ws_bytes = scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget);
+      ws_ = DeviceBuffer(std::max<size_t>(1, ws_bytes), "scan backward workspace");
     }
     fill_inputs(s);
   }
