@@ -136,9 +136,10 @@ struct BwdParams {
   // the same value to bwd_workspace_bytes.
   size_t partial_budget = 0;
 };
-// 512 MiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 10922; d_state 256
-// at T 2048 (8-step chunks) runs 26 segments of 80 steps, and its partials (12.9 GB in one
-// segment) take 0.50 GB beside 3.2 GB of checkpoints: 3.8 GB of scan memory in all.
+// 512 MiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 10912 (682
+// chunks); d_state 256 at T 2048 (8-step chunks) runs 26 segments of 80 steps, and its
+// partials (12.9 GB in one segment) take 0.50 GB beside 3.2 GB of checkpoints: 3.8 GB of
+// scan memory in all.
 constexpr size_t kDefaultPartialBudget = size_t(512) << 20;
 
 // The backward of forward call `f`: its shape, route, exponential, inputs and
