@@ -155,9 +155,19 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //                                       thread reads back only its own)
 //   wsum  [2][W][Q][2][DP] f32          per warp sums of dB (0) and dC (1), double-buffered
 //                                       across batches
+// forward only, at L = 4 (fwd_defers_y):
+//   ysum  [NT][kYSumRow] f32            per thread, the y partials of 8 steps: the
+//                                       group's four lanes add them after the stage
 struct CkptSmem {
-  size_t raw, bc, sc, out, hs, wsum, total;  // byte offsets; total = size
+  size_t raw, bc, sc, out, hs, wsum, ysum, total;  // byte offsets; total = size
 };
+// Forward: at L = 4 lanes per channel the y of a stage's steps are summed over the
+// lanes after the stage, through shared memory (8 steps per round, each lane adds
+// 2 of them), instead of one xor butterfly per step on every lane: the same
+// additions in the same order, a quarter of the skip/gate work and y stores.
+__host__ __device__ constexpr bool fwd_defers_y(int lanes) { return lanes == 4; }
+constexpr int kYSumSteps = 8;             // steps per round
+constexpr int kYSumRow = kYSumSteps + 4;  // floats per thread row: 16-byte stores on distinct banks
 __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
   return size_t(32) * g.warps * S;
 }
@@ -174,7 +184,10 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
-  m.total = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
+  m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
+  m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
+                          ? smem_region(size_t(32) * g.warps * kYSumRow, 4)
+                          : 0);
   return m;
 }
 // The tensors each direction stages and the scalars it keeps (the z / softplus
@@ -334,11 +347,14 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
   constexpr int FS = ckpt_fwd_stage(DP, K, sizeof(T)), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
+  constexpr bool DY = fwd_defers_y(L);
+  static_assert(!DY || (L == 4 && KF % kYSumSteps == 0), "y rounds: 2 steps per lane of 4");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
   const bool has_z = p.z != nullptr;
   const CkptSmem lay =
       ckpt_smem(g, KF, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
+  float* ysum = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + lay.ysum);
   char* base = reinterpret_cast<char*>(smem);
   const size_t act_bytes = smem_region(size_t(KF) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(KF) * DP, sizeof(T));
@@ -443,12 +459,46 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
         h[s] = fmaf(dA, h[s], du * bv[s]);
         yp = fmaf(h[s], cv[s], yp);
       }
-      float yv = group_sum_c<L>(yp) + sc_skip[k * SL + m.ch];
-      if (has_z) yv *= sc_gate[k * SL + m.ch];
-      ys[k] = yv;  // every lane of the group: the same value
+      if constexpr (DY) {
+        ys[k] = yp;  // this lane's partial: summed over the group after the stage
+      } else {
+        float yv = group_sum_c<L>(yp) + sc_skip[k * SL + m.ch];
+        if (has_z) yv *= sc_gate[k * SL + m.ch];
+        ys[k] = yv;  // every lane of the group: the same value
+      }
     }
+    if constexpr (DY) {
+      // Rounds of 8 steps: every lane stores its 8 partials to its row, then lane j of
+      // the group adds the four lanes' partials of steps 2j, 2j+1 as (p0+p1)+(p2+p3),
+      // the butterfly's order (group_sum_c<4>), so y has the same bits.
+      float* my_row = ysum + size_t(threadIdx.x) * kYSumRow;
+      const float* grp_row = ysum + size_t(threadIdx.x & ~3u) * kYSumRow + 2 * m.j;
 #pragma unroll
-    for (int k = 0; k < KF; ++k) out_y(bf)[k * CB + m.ch] = ys[k];
+      for (int r = 0; r < KF / kYSumSteps; ++r) {
+#pragma unroll
+        for (int q = 0; q < kYSumSteps / 4; ++q)
+          reinterpret_cast<float4*>(my_row)[q] =
+              make_float4(ys[r * kYSumSteps + 4 * q], ys[r * kYSumSteps + 4 * q + 1],
+                          ys[r * kYSumSteps + 4 * q + 2], ys[r * kYSumSteps + 4 * q + 3]);
+        __syncwarp();
+        float2 pl[4];
+#pragma unroll
+        for (int l = 0; l < 4; ++l) pl[l] = *reinterpret_cast<const float2*>(grp_row + l * kYSumRow);
+        const int k = r * kYSumSteps + 2 * m.j;
+        float y0 = ((pl[0].x + pl[1].x) + (pl[2].x + pl[3].x)) + sc_skip[k * SL + m.ch];
+        float y1 = ((pl[0].y + pl[1].y) + (pl[2].y + pl[3].y)) + sc_skip[(k + 1) * SL + m.ch];
+        if (has_z) {
+          y0 *= sc_gate[k * SL + m.ch];
+          y1 *= sc_gate[(k + 1) * SL + m.ch];
+        }
+        out_y(bf)[k * CB + m.ch] = y0;
+        out_y(bf)[(k + 1) * CB + m.ch] = y1;
+        __syncwarp();  // the group has read the row before the next round overwrites it
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < KF; ++k) out_y(bf)[k * CB + m.ch] = ys[k];
+    }
   }
   __syncthreads();  // the last stage's y
   {
@@ -474,6 +524,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
   constexpr bool SB = ckpt_single_bc(S, sizeof(T), true);  // one B/C buffer
   constexpr int QD = Q > 1 ? Q / 2 : 1;  // walked steps whose sums and outputs are stored together
+  // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
+  // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
+  constexpr bool DS = S == 4 && L == 4 && QD == 4;
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
@@ -552,62 +605,34 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds, SB ? 2 : 4);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
-  // chunk c's tiles into buffer bf, one cp.async group
-  auto stage = [&](int64_t c, int bf) {
+  // chunk c's activation tiles (acts) into buffer bf and its B/C rows (bc) into buffer bf,
+  // or buffer 0 with one B/C buffer (SB), as one cp.async group. Without SB a chunk's tiles
+  // are staged together, beside the previous chunk's math; with SB the B/C rows follow
+  // after the previous chunk's last batch barrier (in the walk below).
+  auto stage = [&](int64_t c, int bf, bool acts, bool bc) {
     const int64_t r = row0 + c * K;
     const int rv = int(min(int64_t(K), p.T - c * K));
-    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
-                  m.cols_valid, g.async_act, act_map);
-    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
-                  g.async_act, act_map);
-    stage_tile<T>(raw(bf, 2), RL, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
-                  g.async_act, act_map);
-    if (has_z)
-      stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+    if (acts) {
+      stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
+                    m.cols_valid, g.async_act, act_map);
+      stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
                     g.async_act, act_map);
-    stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc, bc_map);
-    stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc, bc_map);
+      stage_tile<T>(raw(bf, 2), RL, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
+                    g.async_act, act_map);
+      if (has_z)
+        stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
+                      g.async_act, act_map);
+    }
+    if (bc) {
+      const int bb = SB ? 0 : bf;
+      stage_tile<T>(bct(bb, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
+                    g.async_bc, bc_map);
+      stage_tile<T>(bct(bb, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
+                    g.async_bc, bc_map);
+    }
     cp_async_commit();
   };
-  // SB (one B/C buffer): the B/C tiles always in buffer 0 (bct_sb), the activation tiles
-  // staged beside the chunk's math (stage_acts_sb) and the B/C rows after the chunk's
-  // last batch barrier (stage_bc_sb); the caller commits the cp.async groups.
-  // stage_acts_sb repeats stage's first half on purpose: stage calling a shared lambda
-  // moved ptxas's register allocation in every other instance (cuobjdump -sass), whose
-  // timings are those of this form (performance-notes.md, 2026-12-03 night).
-  auto bct_sb = [&](int bf, int i) {
-    return reinterpret_cast<T*>(base + lay.bc + (2 * (SB ? 0 : bf) + i) * bc_bytes);
-  };
-  auto stage_acts_sb = [&](int64_t c, int bf) {
-    const int64_t r = row0 + c * K;
-    const int rv = int(min(int64_t(K), p.T - c * K));
-    stage_tile<T>(raw(bf, 0), RL, p.delta + r * p.ld_delta + m.d0, p.ld_delta, K, CB, rv,
-                  m.cols_valid, g.async_act, act_map);
-    stage_tile<T>(raw(bf, 1), RL, p.u + r * p.ld_u + m.d0, p.ld_u, K, CB, rv, m.cols_valid,
-                  g.async_act, act_map);
-    stage_tile<T>(raw(bf, 2), RL, p.dy + r * p.ld_dy + m.d0, p.ld_dy, K, CB, rv, m.cols_valid,
-                  g.async_act, act_map);
-    if (has_z)
-      stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
-                    g.async_act, act_map);
-  };
-  auto stage_bc_sb = [&](int64_t c, int bf) {
-    const int64_t r = row0 + c * K;
-    const int rv = int(min(int64_t(K), p.T - c * K));
-    stage_tile<T>(bct_sb(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc, bc_map);
-    stage_tile<T>(bct_sb(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
-                  g.async_bc, bc_map);
-  };
-  if constexpr (SB) {
-    stage_acts_sb(p.c_hi - 1, int((p.c_hi - 1) & 1));
-    stage_bc_sb(p.c_hi - 1, int((p.c_hi - 1) & 1));
-    cp_async_commit();
-  } else {
-    stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
-  }
+  stage(p.c_hi - 1, int((p.c_hi - 1) & 1), true, true);
 
   for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
     const int bf = int(c & 1);
@@ -618,14 +643,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
                    m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
-    if constexpr (SB) {  // the B/C rows follow after the last batch barrier (below)
-      if (c > p.c_lo) {
-        stage_acts_sb(c - 1, bf ^ 1);
-        cp_async_commit();
-      }
-    } else {
-      if (c > p.c_lo) stage(c - 1, bf ^ 1);  // copies overlap this chunk's math
-    }
+    if (c > p.c_lo) stage(c - 1, bf ^ 1, true, !SB);  // copies overlap this chunk's math
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
@@ -646,8 +664,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       sc_dy[es] = dyv;
     }
     __syncwarp();
-    const T* Bt = (SB ? bct_sb(bf, 0) : bct(bf, 0)) + m.n0;
-    const T* Ct = (SB ? bct_sb(bf, 1) : bct(bf, 1)) + m.n0;
+    const T* Bt = bct(SB ? 0 : bf, 0) + m.n0;
+    const T* Ct = bct(SB ? 0 : bf, 1) + m.n0;
 
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
     // states and y stay in registers and are stored after the group's last step: a
@@ -703,7 +721,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       // the recompute: a shared-memory store would serialise the steps' loads behind it).
 #pragma unroll
       for (int kh = Q - QD; kh >= 0; kh -= QD) {
-        float wv[QD][R], o_dd[QD], o_du[QD];
+        float wv[QD][R], o_dd[QD], o_du[QD];  // with DS: the lane's S1, S2 partials
 #pragma unroll
         for (int kk = kh + QD - 1; kk >= kh; --kk) {
           const int k = qb * Q + kk;
@@ -737,13 +755,19 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
           reduce_scatter_channels<L, NV>(v, m.lane);
 #pragma unroll
           for (int r = 0; r < R; ++r) wv[kk - kh][r] = v[r];
-          S1 = group_sum_c<L>(S1);
-          S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
-          dD_acc = fmaf(dyv, uv, dD_acc);
-          {  // every lane of the group: the same values
-            const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
-            o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
-            o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
+          if constexpr (DS) {  // the lane's partials: summed over the group below
+            o_dd[kk - kh] = S1;
+            o_du[kk - kh] = S2;
+            dD_acc = fmaf(dyv, uv, dD_acc);
+          } else {
+            S1 = group_sum_c<L>(S1);
+            S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
+            dD_acc = fmaf(dyv, uv, dD_acc);
+            {  // every lane of the group: the same values
+              const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
+              o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
+              o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
+            }
           }
         }
 #pragma unroll
@@ -754,18 +778,42 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
             const int vi = wch * R + r, q = vi / S, n = m.j * S + vi % S;
             ws[(kk * 2 + q) * DP + n] = wv[kk - kh][r];
           }
-          out_t(0)[k * CB + m.ch] = o_dd[kk - kh];
-          out_t(1)[k * CB + m.ch] = o_du[kk - kh];
+          if constexpr (!DS) {
+            out_t(0)[k * CB + m.ch] = o_dd[kk - kh];
+            out_t(1)[k * CB + m.ch] = o_du[kk - kh];
+          }
+        }
+        if constexpr (DS) {
+          // S1, S2 of the QD = 4 steps kb .. kb+3 over the group's 4 lanes: lane j adds
+          // step kb+j's, in the butterfly's order (group_sum_c<4>: (l0+l1)+(l2+l3)), so
+          // dδ and du have the same bits. The pairs pass through hs slots kb+1, kb+2 of
+          // this warp's threads, whose states the walk has consumed (hcur holds slot kb):
+          // group wch's row is 32 floats, pair (step i, lane l) at 4·((i + wch) mod 4) + l
+          // (stores on distinct banks per half-warp), read as two float4s, the odd groups'
+          // halves swapped (distinct banks per quarter-warp; the outer + commutes).
+          const int kb = qb * Q + kh, rot = wch & 3;
+          float* row = reinterpret_cast<float*>(base + lay.hs) + size_t(kb + 1 + (wch >> 2)) * HS +
+                       m.warp * 32 * S + rot * 32;
+          __syncwarp();  // every lane of the warp has read its states of slots kb+1, kb+2
+#pragma unroll
+          for (int i = 0; i < QD; ++i)
+            *reinterpret_cast<float2*>(row + 2 * (4 * ((i + rot) & 3) + m.j)) =
+                make_float2(o_dd[i], o_du[i]);
+          __syncwarp();
+          const float4* mine = reinterpret_cast<const float4*>(row + 8 * ((m.j + rot) & 3));
+          const int h0 = wch & 1;
+          const float4 x = mine[h0], y = mine[h0 ^ 1];
+          const float S1 = (x.x + x.z) + (y.x + y.z);
+          const float S2 = ((x.y + x.w) + (y.y + y.w)) * exp_coef_inverse<E>();
+          const int k = kb + m.j, e = k * SL + m.ch;
+          const float fd = has_sp ? sc_fd[e] : 1.f;
+          out_t(0)[k * CB + m.ch] = fmaf(sc_u[e], S1, S2) * fd;
+          out_t(1)[k * CB + m.ch] = fmaf(sc_delta[e], S1, __fmul_rn(Dd, sc_dy[e]));
         }
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
-      if constexpr (SB) {
-        if (qb == 0 && c > p.c_lo) {
-          stage_bc_sb(c - 1, 0);
-          cp_async_commit();
-        }
-      }
+      if (SB && qb == 0 && c > p.c_lo) stage(c - 1, 0, false, true);
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
         const float* wbuf = wsum + size_t(wb) * W * NO;
