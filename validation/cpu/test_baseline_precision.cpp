@@ -24,6 +24,14 @@
 //          can have R near 0 by chance (one dominant element whose error
 //          happens to be small), the median of ~20 cannot; with inactive
 //          rounding points R is ~u_f32/u_dtype, i.e. 1e-4 (bf16) / 1e-3 (f16).
+// Known counterexample of the lower bound's premise (2026-12-03, not yet resolved):
+// RC_PARAMS="seed=11409417928398283467" fails the property after 39 cases, at B 1 T 37
+// dm 2 expand 1 ds 12 dc 2 L 2 mid 9, problem seed 13670521, bf16: median R 0.094, every
+// layer-0 gradient at R ~0.03. The same problem in f16 gives 0.85 and the neighbouring
+// problem seeds 0.42 and 0.62 in bf16, so no rounding point is inactive: at d_inner 2 a few
+// bf16 roundings dominate every tensor and happened to be small, and the tensors' R are not
+// independent. A fix belongs in the premise (the generator's domain, or the MCA storage
+// perturbation's distribution), not in the bound.
 // Negative controls show both sides can fail: P without storage rounding
 // (the lower bound fails) and a noise model without storage rounding for a P
 // that rounds (the upper bound fails). Printed: R and the normwise error in
