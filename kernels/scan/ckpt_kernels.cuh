@@ -348,14 +348,14 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   constexpr int FS = ckpt_fwd_stage(DP, K, sizeof(T)), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   constexpr bool DY = fwd_defers_y(L);
-  static_assert(!DY || (L == 4 && KF % kYSumSteps == 0), "y rounds: 2 steps per lane of 4");
+  static_assert(!DY || KF % kYSumSteps == 0, "y rounds: 2 steps per lane of 4");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
   const bool has_z = p.z != nullptr;
   const CkptSmem lay =
       ckpt_smem(g, KF, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
-  float* ysum = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + lay.ysum);
   char* base = reinterpret_cast<char*>(smem);
+  float* ysum = reinterpret_cast<float*>(base + lay.ysum);
   const size_t act_bytes = smem_region(size_t(KF) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(KF) * DP, sizeof(T));
   const size_t sc_bytes = smem_region(size_t(KF) * SL, 4);
@@ -721,7 +721,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       // the recompute: a shared-memory store would serialise the steps' loads behind it).
 #pragma unroll
       for (int kh = Q - QD; kh >= 0; kh -= QD) {
-        float wv[QD][R], o_dd[QD], o_du[QD];  // with DS: the lane's S1, S2 partials
+        float wv[QD][R], o_dd[QD], o_du[QD];
+        float(&s1p)[QD] = o_dd;  // with DS the same registers hold the lane's S1, S2 partials
+        float(&s2p)[QD] = o_du;
 #pragma unroll
         for (int kk = kh + QD - 1; kk >= kh; --kk) {
           const int k = qb * Q + kk;
@@ -755,14 +757,13 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
           reduce_scatter_channels<L, NV>(v, m.lane);
 #pragma unroll
           for (int r = 0; r < R; ++r) wv[kk - kh][r] = v[r];
+          dD_acc = fmaf(dyv, uv, dD_acc);
           if constexpr (DS) {  // the lane's partials: summed over the group below
-            o_dd[kk - kh] = S1;
-            o_du[kk - kh] = S2;
-            dD_acc = fmaf(dyv, uv, dD_acc);
+            s1p[kk - kh] = S1;
+            s2p[kk - kh] = S2;
           } else {
             S1 = group_sum_c<L>(S1);
             S2 = group_sum_c<L>(S2) * exp_coef_inverse<E>();
-            dD_acc = fmaf(dyv, uv, dD_acc);
             {  // every lane of the group: the same values
               const float fd = has_sp ? sc_fd[k * SL + m.ch] : 1.f;
               o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
@@ -798,7 +799,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
 #pragma unroll
           for (int i = 0; i < QD; ++i)
             *reinterpret_cast<float2*>(row + 2 * (4 * ((i + rot) & 3) + m.j)) =
-                make_float2(o_dd[i], o_du[i]);
+                make_float2(s1p[i], s2p[i]);
           __syncwarp();
           const float4* mine = reinterpret_cast<const float4*>(row + 8 * ((m.j + rot) & 3));
           const int h0 = wch & 1;
