@@ -71,22 +71,42 @@ const char* op_name(Op o) { return o == Op::Fwd ? "fwd" : (o == Op::Bwd ? "bwd" 
 bool has_fwd(Op o) { return o != Op::Bwd; }
 bool has_bwd(Op o) { return o != Op::Fwd; }
 
-// A route and its exponential ("checkpointed-hw", "checkpointed-acc", "chunked", "sequential").
+// A route and its exponential ("checkpointed-hw", "checkpointed-acc", "chunked",
+// "sequential"); a checkpointed route may force the d_state <= 16 tile plan's channels
+// per thread with a ":cpt2" .. ":cpt4" suffix (the plan's own choice otherwise).
 struct Run {
   scan::Route route;
   scan::ExpMath exp;
+  int cpt = 0;
 };
 std::string run_name(const Run& r) {
   if (r.route != scan::Route::Checkpointed) return to_string(r.route);
-  return std::string("checkpointed-") + (r.exp == scan::ExpMath::Hardware ? "hw" : "acc");
+  return std::string("checkpointed-") + (r.exp == scan::ExpMath::Hardware ? "hw" : "acc") +
+         (r.cpt ? ":cpt" + std::to_string(r.cpt) : "");
 }
-Run parse_run(const std::string& s) {
-  if (s == "checkpointed-hw" || s == "ckpt-hw") return {scan::Route::Checkpointed, scan::ExpMath::Hardware};
-  if (s == "checkpointed-acc" || s == "ckpt-acc") return {scan::Route::Checkpointed, scan::ExpMath::Accurate};
-  if (s == "chunked") return {scan::Route::Chunked, scan::ExpMath::Accurate};
-  if (s == "sequential") return {scan::Route::Sequential, scan::ExpMath::Accurate};
-  throw ConfigError("routes: '" + s +
-                    "' is not one of checkpointed-hw|checkpointed-acc|chunked|sequential");
+Run parse_run(const std::string& spec) {
+  std::string s = spec;
+  int cpt = 0;
+  const size_t colon = s.find(":cpt");
+  if (colon != std::string::npos) {
+    const std::string v = s.substr(colon + 4);
+    if (v != "2" && v != "3" && v != "4")
+      throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt2, :cpt3 or :cpt4");
+    cpt = std::stoi(v);
+    s = s.substr(0, colon);
+  }
+  Run r;
+  if (s == "checkpointed-hw" || s == "ckpt-hw") r = {scan::Route::Checkpointed, scan::ExpMath::Hardware};
+  else if (s == "checkpointed-acc" || s == "ckpt-acc") r = {scan::Route::Checkpointed, scan::ExpMath::Accurate};
+  else if (s == "chunked") r = {scan::Route::Chunked, scan::ExpMath::Accurate};
+  else if (s == "sequential") r = {scan::Route::Sequential, scan::ExpMath::Accurate};
+  else
+    throw ConfigError("routes: '" + spec +
+                      "' is not one of checkpointed-hw|checkpointed-acc|chunked|sequential");
+  if (cpt && r.route != scan::Route::Checkpointed)
+    throw ConfigError("routes: '" + spec + "': :cpt applies to the checkpointed routes");
+  r.cpt = cpt;
+  return r;
 }
 
 struct ScanCase {
@@ -155,6 +175,7 @@ std::vector<ScanCase> make_cases(const BenchFlags& f) {
       for (DType dt : dts)
         for (const Run& r : runs) {
           if (r.route == scan::Route::Sequential && ds > Limits::kMaxSeqScanDState) continue;
+          if (r.cpt && ds > 16) continue;  // the tile plan serves d_state <= 16
           out.push_back({op, dt, r, T, ds, group, case_key(op, dt, run_name(r), T, ds)});
         }
     ++group;
@@ -172,7 +193,8 @@ size_t g_partial_budget = 0;
 size_t case_scan_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const scan::Shape s{B, c.T, di, c.ds};
   return 4 * scan::saved_floats(s, c.run.route) +
-         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route, g_partial_budget) : 0);
+         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route, g_partial_budget, c.run.cpt)
+                        : 0);
 }
 
 // Bytes a case allocates (checked against the budget before allocating).
@@ -303,7 +325,8 @@ class TypedScanRun final : public ScanRun {
       dC_ = DeviceBuffer(size_t(BT * ds) * 4, "dC [B*T,ds]");
       dD_ = DeviceBuffer(size_t(di) * 4, "dD [di]");
       dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
-      const size_t ws_bytes = scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget);
+      const size_t ws_bytes =
+          scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget, c.run.cpt);
       ws_ = DeviceBuffer(std::max<size_t>(1, ws_bytes), "scan backward workspace");
     }
     fill_inputs(s);
@@ -358,6 +381,7 @@ class TypedScanRun final : public ScanRun {
     p.shape = shape_;
     p.route = c_.run.route;
     p.exp = c_.run.exp;
+    p.channels_per_thread = c_.run.cpt;
     p.delta = {delta_.as<T>(), 0};
     p.u = {u_.as<T>(), 0};
     p.Bm = {Bm_.as<T>(), 0};
@@ -640,7 +664,9 @@ int main_impl(int argc, char** argv) {
               "  --partial_budget=MIB  the checkpointed backward's dB/dC partials budget\n"
               "                     (default 0: the scan's own, kDefaultPartialBudget)\n"
               "  --cases=T:DS,...   the (T, d_state) pairs (default 512:16,2048:16,8192:16,2048:256)\n"
-              "  --routes=R,...     of checkpointed-hw, checkpointed-acc, chunked, sequential\n"
+              "  --routes=R,...     of checkpointed-hw, checkpointed-acc, chunked, sequential;\n"
+              "                     a checkpointed route with :cpt2..:cpt4 forces the tile plan's\n"
+              "                     channels per thread (d_state <= 16)\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +

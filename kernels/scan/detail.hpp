@@ -16,6 +16,8 @@ namespace mc::kern::scan_detail {
 
 // Host view of the checkpointed geometry (mirrors CkptGeom of ckpt_kernels.cuh).
 struct CkptPlan {
+  int dt = 0;          // tile plan (d_state <= 16, tile_kernels.cuh): channels per thread;
+                       // 0 = the states-per-thread plans of ckpt_kernels.cuh
   int S = 4;           // states per thread
   int K = 16;          // checkpoint stride = backward register chunk (ckpt_chunk(S))
   int lanes = 1;       // threads per channel
@@ -28,8 +30,12 @@ struct CkptPlan {
   int64_t blocks = 0;  // B * nblk_d
   size_t smem_bytes = 0;
 };
-// A pure function of the shape and the direction.
-CkptPlan ckpt_plan(const scan::Shape& s, bool backward);
+// A pure function of the shape and the direction (and of a forced channels_per_thread,
+// 0 = the plan's choice; ConfigError when it is not 2..4 or d_state > 16).
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread = 0);
+// The tile plan's SM count: its choice of channels per thread fills this many SMs (the
+// H100/H200 SXM's 132), whatever the device, so that the bits depend on the shape alone.
+constexpr int64_t kTilePlanSMs = 132;
 
 // The backward's segments (scan::BwdParams::partial_budget): chunks per launch, so
 // that the dB and dC partials of one segment, [B, seg_rows, nblk_d, ds] f32 each, fit

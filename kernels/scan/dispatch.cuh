@@ -11,6 +11,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
+#include "kernels/scan/tile_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
 namespace mc::kern::scan_detail {
@@ -44,8 +45,9 @@ bool async_rows(const T* p, int64_t ld, int64_t cols) {
 constexpr size_t kCkptSmemCap = 232448;
 
 // ---- checkpointed forward ---------------------------------------------------------------
-template <class T, int S, int L, int K>
-void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+// The kernel arguments of a checkpointed forward (both plans).
+template <class T>
+CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::forward";
   CkptFwdArgs<T> a;
@@ -71,6 +73,13 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   a.ckpt = p.saved;
   a.y = p.y.p;
   a.ld_y = effective_ld(fn, "y", p.y.ld, s.di);
+  return a;
+}
+
+template <class T, int S, int L, int K>
+void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const CkptFwdArgs<T> a = ckpt_fwd_args(p);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
   g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
@@ -97,11 +106,48 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   MC_LAUNCH_CHECK(name.c_str());
 }
 
+// The tile plan (d_state <= 16): DT channels x 4 states a thread.
+template <class T>
+TileGeom tile_geom(const CkptPlan& pl, const scan::Shape& s) {
+  TileGeom g;
+  g.nblk_d = pl.nblk_d;
+  g.n_ckpt = pl.n_ckpt;
+  g.vec_state = s.ds % 4 == 0;
+  return g;
+}
+
+template <class T, int DT>
+void tile_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const CkptFwdArgs<T> a = ckpt_fwd_args(p);
+  TileGeom g = tile_geom<T>(pl, s);
+  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
+  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
+                async_rows(a.z, a.ld_z, pl.cb);
+  const bool has_z = a.z != nullptr;
+  const size_t smem =
+      tile_smem(DT, sizeof(T), tile_fwd_n_act(has_z), tile_fwd_n_sc(has_z), false).total;
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name = std::string("tile_fwd_kernel<") + dtype_name<T>() + "," +
+                           std::to_string(DT) + "," + to_string(e) + ">";
+  const dim3 grid{unsigned(pl.blocks)}, block{unsigned(kTileThreads)};
+  auto* k = e == scan::ExpMath::Hardware ? &tile_fwd_kernel<T, DT, scan::ExpMath::Hardware>
+                                         : &tile_fwd_kernel<T, DT, scan::ExpMath::Accurate>;
+  set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  launch(k, grid, block, smem, st, a, g);
+  MC_LAUNCH_CHECK(name.c_str());
+}
+
 template <class T>
 void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
-  const CkptPlan pl = ckpt_plan(p.shape, false);
+  const CkptPlan pl = ckpt_plan(p.shape, false, p.channels_per_thread);
+  switch (pl.dt) {
+    case 0: break;
+    case 2: tile_forward_s<T, 2>(p, pl, st); return;
+    case 3: tile_forward_s<T, 3>(p, pl, st); return;
+    default: tile_forward_s<T, 4>(p, pl, st); return;
+  }
   switch (pl.S * 100 + pl.lanes) {  // the four compiled (states, lanes) configurations
-    case 404: ckpt_forward_s<T, 4, 4, ckpt_chunk(4)>(p, pl, st); break;
     case 416: ckpt_forward_s<T, 4, 16, ckpt_chunk(4)>(p, pl, st); break;
     case 432: ckpt_forward_s<T, 4, 32, ckpt_chunk(4)>(p, pl, st); break;
     default: ckpt_forward_s<T, 8, 32, ckpt_chunk(8)>(p, pl, st); break;
@@ -109,11 +155,13 @@ void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
 }
 
 // ---- checkpointed backward --------------------------------------------------------------
-template <class T, int S, int L, int K>
-void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+// The kernel arguments of a checkpointed backward (both plans), its workspace carved per
+// the plan's segments.
+template <class T>
+CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
+                             const CkptSegments& sg) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::backward";
-  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
   size_t off[6];
   ckpt_workspace_offsets(s, pl, sg, off);
   char* ws = static_cast<char*>(p.workspace);
@@ -152,6 +200,46 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   a.dh0 = p.dh0;
   a.seg_rows = sg.rows;
   a.carry = sg.count > 1 ? reinterpret_cast<float*>(ws + off[4]) : nullptr;
+  return a;
+}
+
+// Segments from the last to the first: each walks its chunks back from the carries the
+// later one left (`launch_segment` with a.c_lo, a.c_hi set), then its rows of dB/dC are
+// reduced before the next reuses the partials; then dA_log and dD over the samples.
+template <class T, class LaunchSegment>
+void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
+                            const CkptSegments& sg, CkptBwdArgs<T>& a,
+                            const LaunchSegment& launch_segment, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const char* fn = "scan::backward";
+  // dB/dC of the rows `pr` covers: f32 or typed outputs (their strides checked once)
+  const int64_t ld_db = p.dB.p ? effective_ld(fn, "dB", p.dB.ld, s.ds)
+                               : effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds);
+  const int64_t ld_dc = p.dB.p ? effective_ld(fn, "dC", p.dC.ld, s.ds)
+                               : effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds);
+  auto reduce_bc = [&](const PartialRows& pr) {
+    if (p.dB.p)
+      launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p, ld_db, p.dC.p, ld_dc, pr, st);
+    else
+      launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p, ld_db, p.dC_typed.p, ld_dc, pr, st);
+  };
+  PartialRows pr = partial_rows(s.B, s.T, sg.rows, pl.nblk_d, s.ds);
+  for (int64_t seg = sg.count - 1; seg >= 0; --seg) {
+    a.c_lo = seg * sg.chunks;
+    a.c_hi = std::min<int64_t>(pl.n_ckpt, a.c_lo + sg.chunks);
+    launch_segment();
+    pr.t0 = a.c_lo * pl.K;
+    pr.rows = std::min<int64_t>(s.T, a.c_hi * pl.K) - pr.t0;
+    reduce_bc(pr);
+  }
+  launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
+}
+
+template <class T, int S, int L, int K>
+void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
+  CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
   g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
@@ -168,37 +256,47 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   auto* k = e == scan::ExpMath::Hardware ? &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K>
                                          : &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
   set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-  // dB/dC of the rows `pr` covers: f32 or typed outputs (their strides checked once)
-  const int64_t ld_db = p.dB.p ? effective_ld(fn, "dB", p.dB.ld, s.ds)
-                               : effective_ld(fn, "dB_typed", p.dB_typed.ld, s.ds);
-  const int64_t ld_dc = p.dB.p ? effective_ld(fn, "dC", p.dC.ld, s.ds)
-                               : effective_ld(fn, "dC_typed", p.dC_typed.ld, s.ds);
-  auto reduce_bc = [&](const PartialRows& pr) {
-    if (p.dB.p)
-      launch_reduce_bc<float>(a.dB_part, a.dC_part, p.dB.p, ld_db, p.dC.p, ld_dc, pr, st);
-    else
-      launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p, ld_db, p.dC_typed.p, ld_dc, pr, st);
-  };
-  // segments from the last to the first: each walks its chunks back from the carries the
-  // later one left, then its rows of dB/dC are reduced before the next reuses the partials
-  PartialRows pr = partial_rows(s.B, s.T, sg.rows, pl.nblk_d, s.ds);
-  for (int64_t seg = sg.count - 1; seg >= 0; --seg) {
-    a.c_lo = seg * sg.chunks;
-    a.c_hi = std::min<int64_t>(pl.n_ckpt, a.c_lo + sg.chunks);
+  ckpt_backward_segments(p, pl, sg, a, [&] {
     launch(k, grid, block, smem, st, a, g);
     MC_LAUNCH_CHECK(name.c_str());
-    pr.t0 = a.c_lo * K;
-    pr.rows = std::min<int64_t>(s.T, a.c_hi * K) - pr.t0;
-    reduce_bc(pr);
-  }
-  launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
+  }, st);
+}
+
+template <class T, int DT>
+void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
+  CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
+  TileGeom g = tile_geom<T>(pl, s);
+  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
+  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
+                async_rows(a.z, a.ld_z, pl.cb) && async_rows(a.dy, a.ld_dy, pl.cb);
+  const bool has_z = a.z != nullptr, has_sp = a.delta_bias != nullptr;
+  const size_t smem =
+      tile_smem(DT, sizeof(T), tile_bwd_n_act(has_z), tile_bwd_n_sc(has_z, has_sp), true).total;
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name = std::string("tile_bwd_kernel<") + dtype_name<T>() + "," +
+                           std::to_string(DT) + "," + to_string(e) + ">";
+  const dim3 grid{unsigned(pl.blocks)}, block{unsigned(kTileThreads)};
+  auto* k = e == scan::ExpMath::Hardware ? &tile_bwd_kernel<T, DT, scan::ExpMath::Hardware>
+                                         : &tile_bwd_kernel<T, DT, scan::ExpMath::Accurate>;
+  set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  ckpt_backward_segments(p, pl, sg, a, [&] {
+    launch(k, grid, block, smem, st, a, g);
+    MC_LAUNCH_CHECK(name.c_str());
+  }, st);
 }
 
 template <class T>
 void ckpt_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
-  const CkptPlan pl = ckpt_plan(p.shape, true);
+  const CkptPlan pl = ckpt_plan(p.shape, true, p.channels_per_thread);
+  switch (pl.dt) {
+    case 0: break;
+    case 2: tile_backward_s<T, 2>(p, pl, st); return;
+    case 3: tile_backward_s<T, 3>(p, pl, st); return;
+    default: tile_backward_s<T, 4>(p, pl, st); return;
+  }
   switch (pl.S * 100 + pl.lanes) {
-    case 404: ckpt_backward_s<T, 4, 4, ckpt_chunk(4)>(p, pl, st); break;
     case 416: ckpt_backward_s<T, 4, 16, ckpt_chunk(4)>(p, pl, st); break;
     case 432: ckpt_backward_s<T, 4, 32, ckpt_chunk(4)>(p, pl, st); break;
     default: ckpt_backward_s<T, 8, 32, ckpt_chunk(8)>(p, pl, st); break;
@@ -320,7 +418,8 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
         effective_ld(fn, "delta", p.delta.ld, p.shape.di))
       throw ConfigError(std::string(fn) + ": d_delta aliases delta with a different row stride");
   }
-  const size_t need = bwd_workspace_bytes(p.shape, p.route, p.partial_budget);
+  const size_t need =
+      bwd_workspace_bytes(p.shape, p.route, p.partial_budget, p.channels_per_thread);
   if (p.workspace_bytes < need)
     fail(fn, "workspace_bytes", int64_t(p.workspace_bytes), ">=", int64_t(need),
          "bwd_workspace_bytes()");

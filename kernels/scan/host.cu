@@ -9,6 +9,7 @@
 #include "core/config.hpp"
 #include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
+#include "kernels/scan/tile_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
 namespace mc::kern::scan {
@@ -43,9 +44,10 @@ size_t saved_floats(const Shape& s, Route r) {
   return size_t(s.B) * size_t(s.T + 1) * size_t(s.di) * size_t(s.ds);
 }
 
-size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget) {
+size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget,
+                           int channels_per_thread) {
   if (r == Route::Checkpointed) {
-    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true);
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
     size_t off[6];
     scan_detail::ckpt_workspace_offsets(s, pl, scan_detail::ckpt_segments(s, pl, partial_budget),
                                         off);
@@ -54,14 +56,16 @@ size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget) {
   return scan_bwd_scratch_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds});
 }
 
-Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget) {
+Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
+                  int channels_per_thread) {
   check_shape(s, r);
   Geometry g;
   if (r == Route::Checkpointed) {
-    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, backward);
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, backward, channels_per_thread);
     g.threads = 32 * pl.warps;
     g.lanes = pl.lanes;
     g.states = pl.S;
+    g.channels_per_thread = pl.dt > 0 ? pl.dt : 1;
     g.channels_per_block = pl.cb;
     g.chunk = pl.K;
     g.n_ckpt = pl.n_ckpt;
@@ -142,8 +146,61 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
   return ld;
 }
 
-CkptPlan ckpt_plan(const scan::Shape& s, bool backward) {
+namespace {
+// The tile plan's channels per thread for a shape: 2, 3 or 4, whichever gives the fewest
+// issue slots per step on the busiest SM, one block of kTileWarps warps per SM (shared
+// memory allows no second), kTilePlanSMs SMs. Per thread and step a block's warps spend
+// ~16 slots per channel (4 states) plus ~8 per step for the loads and lane reductions;
+// rounds of blocks beyond the SMs add up. Ties go to more channels per thread (fewer
+// instructions per element). B 8, d_inner 1536: 3 (128 blocks, one round); d_inner
+// 2048: 4 (128 blocks); 4096: 4 (two rounds).
+int tile_channels_per_thread(const scan::Shape& s) {
+  int best = 4;
+  int64_t best_cost = -1;
+  for (int dt : {4, 3, 2}) {
+    const int64_t cb = tile_cb(dt);
+    const int64_t blocks = s.B * ((s.di + cb - 1) / cb);
+    const int64_t rounds = (blocks + kTilePlanSMs - 1) / kTilePlanSMs;
+    const int64_t cost = rounds * (16 * dt + 8);
+    if (best_cost < 0 || cost < best_cost) {
+      best = dt;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+}  // namespace
+
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread) {
   CkptPlan pl;
+  if (channels_per_thread != 0) {
+    if (s.ds > kTileMaxDState)
+      fail("scan", "channels_per_thread", channels_per_thread, "==", 0,
+           "the tile plan serves d_state <= 16 only");
+    if (channels_per_thread < 2)
+      fail("scan", "channels_per_thread", channels_per_thread, ">=", 2, "tile plan");
+    if (channels_per_thread > 4)
+      fail("scan", "channels_per_thread", channels_per_thread, "<=", 4, "tile plan");
+  }
+  if (s.ds <= kTileMaxDState) {
+    pl.dt = channels_per_thread ? channels_per_thread : tile_channels_per_thread(s);
+    pl.S = 4;
+    pl.K = kTileChunk;
+    pl.lanes = kTileLanes;
+    pl.log2_lanes = 2;
+    pl.warps = kTileWarps;
+    pl.cb = tile_cb(pl.dt);
+    pl.ds_pad = kTileMaxDState;
+    pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
+    pl.n_ckpt = (s.T + pl.K - 1) / pl.K;
+    pl.blocks = s.B * pl.nblk_d;
+    // f32 storage, no fused epilogue (the launch computes its own case)
+    pl.smem_bytes = backward ? tile_smem(pl.dt, 4, tile_bwd_n_act(false), tile_bwd_n_sc(false, false),
+                                         true).total
+                             : tile_smem(pl.dt, 4, tile_fwd_n_act(false), tile_fwd_n_sc(false),
+                                         false).total;
+    return pl;
+  }
   // (lanes, states) per channel: (4, 4) up to d_state 16, (16, 4) up to 64, (32, 4) up
   // to 128, (32, 8) up to 256 — the kernels are compiled for these four (the lane
   // butterflies unrolled); smaller d_state leaves states masked (zero).

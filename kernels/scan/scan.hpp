@@ -96,6 +96,10 @@ struct FwdParams {
   float* saved = nullptr;
   // output
   Rows<T> y;                          // [B*T, di]
+  // Checkpointed route, d_state <= 16: channels per thread of the tile plan (2, 3 or 4;
+  // 0 = the plan's choice for the shape, see geometry()). For tests and benchmarks that
+  // compare the plans; the bits of y do not depend on it, those of dB/dC do.
+  int channels_per_thread = 0;
 };
 
 template <class T>
@@ -135,6 +139,8 @@ struct BwdParams {
   // Longer sequences run in segments of whole chunks; the bits do not depend on it. Pass
   // the same value to bwd_workspace_bytes.
   size_t partial_budget = 0;
+  // As FwdParams::channels_per_thread; pass the same value to bwd_workspace_bytes.
+  int channels_per_thread = 0;
 };
 // 512 MiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 10912 (682
 // chunks); d_state 256 at T 2048 (8-step chunks) runs 26 segments of 80 steps, and its
@@ -160,6 +166,7 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
   b.D = f.D;
   b.z = f.z;
   b.saved = f.saved;
+  b.channels_per_thread = f.channels_per_thread;
   return b;
 }
 
@@ -169,13 +176,15 @@ size_t saved_floats(const Shape& s, Route r);
 // Bytes of backward workspace (partials of the fixed-order reductions; Checkpointed:
 // one segment's dB/dC partials under `partial_budget` (0 = the default), and the carries
 // between segments).
-size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget = 0);
+size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget = 0,
+                           int channels_per_thread = 0);
 
 // ---- launch geometry (for tests at chunk edges and for benchmark reports) -------
 struct Geometry {
   int threads = 0;             // per block
   int lanes = 0;               // threads per channel (each holds `states` states)
   int states = 0;              // states per thread
+  int channels_per_thread = 1; // Checkpointed, d_state <= 16: the tile plan's 2..4
   int channels_per_block = 0;
   int64_t chunk = 0;           // Checkpointed: checkpoint stride; Chunked: chunk; Sequential: T
   int64_t n_ckpt = 0;          // Checkpointed: ceil(T / chunk)
@@ -185,7 +194,13 @@ struct Geometry {
   int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
   int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment
 };
-Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0);
+// Checkpointed, d_state <= 16 (the tile plan, tile_kernels.cuh): blocks of 4 warps, a
+// thread owns channels_per_thread channels x 4 states; the plan takes 2, 3 or 4 channels
+// per thread, whichever fills the GPU's SMs best (one block per SM, planned for 132 SMs:
+// a pure function of the shape, so the bits do not depend on the device);
+// `channels_per_thread` (2..4) overrides it. d_state > 16: one channel per thread.
+Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0,
+                  int channels_per_thread = 0);
 
 // ---- entry points ----------------------------------------------------------------
 // Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.

@@ -49,12 +49,14 @@ struct Case {
   bool chained = false;  // upstream dh_final
   bool no_skip = false;  // D = null (checkpointed only)
   bool zero_h0 = false;  // h0 = null (checkpointed only)
+  int cpt = 0;           // checkpointed, d_state <= 16: forced channels per thread (0 = plan's)
   uint64_t seed = 1;
   std::string name() const {
     std::ostringstream os;
     os << to_string(dtype) << "_" << scan::to_string(route) << "_B" << B << "_T" << T << "_di"
        << di << "_ds" << ds << (xdbl ? "_xdbl" : "") << (chained ? "_chained" : "")
-       << (no_skip ? "_noskip" : "") << (zero_h0 ? "_h0zero" : "");
+       << (no_skip ? "_noskip" : "") << (zero_h0 ? "_h0zero" : "")
+       << (cpt ? "_cpt" + std::to_string(cpt) : "");
     return os.str();
   }
 };
@@ -103,6 +105,29 @@ inline std::vector<Case> cases() {
   for (const Shape& s : f32_shapes) add(DType::F32, s);
   for (DType dt : {DType::BF16, DType::F16})
     for (const Shape& s : typed_shapes) add(dt, s);
+  // the d_state <= 16 tile plan at each forced channels per thread (the shapes above take
+  // the plan's choice, 2 at these sizes), with several channel blocks, the last partial
+  struct Tile {
+    DType dt;
+    int64_t B, T, di, ds;
+    int cpt;
+    bool opts;
+  };
+  for (const Tile& t : {Tile{DType::F32, 2, 37, 300, 16, 4, false},
+                        Tile{DType::F32, 1, 41, 200, 13, 3, true},
+                        Tile{DType::BF16, 2, 33, 130, 16, 3, false},
+                        Tile{DType::F16, 1, 17, 19, 16, 4, true}}) {
+    Case c;
+    c.dtype = t.dt;
+    c.B = t.B;
+    c.T = t.T;
+    c.di = t.di;
+    c.ds = t.ds;
+    c.cpt = t.cpt;
+    c.chained = c.no_skip = c.zero_h0 = t.opts;
+    c.seed = 7000 + v.size();
+    v.push_back(c);
+  }
   return v;
 }
 
@@ -201,7 +226,7 @@ std::vector<Tensor> run_case(const Case& c) {
   gpu::DeviceBuffer<float> saved(nsaved, "saved"), hf(size_t(ns), "h_final"), dB(size_t(R * c.ds), "dB"),
       dC(size_t(R * c.ds), "dC"), dh0(size_t(ns), "dh0");
   gpu::DeviceBuffer<T> y(size_t(n), "y"), ddelta(size_t(n), "d_delta"), du(size_t(n), "du");
-  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, c.route);
+  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, c.route, 0, c.cpt);
   gpu::DeviceBuffer<char> ws(ws_bytes ? ws_bytes : 1, "workspace");
   // Every output starts as all-ones bytes (NaN): an unwritten element differs.
   MC_CUDA_CHECK(cudaMemset(saved.get(), 0xff, saved.bytes()), "fill saved");
@@ -213,6 +238,7 @@ std::vector<Tensor> run_case(const Case& c) {
   f.shape = sh;
   f.route = c.route;
   f.exp = scan::ExpMath::Accurate;
+  f.channels_per_thread = c.cpt;
   f.delta = {d_delta_in.get(), 0};
   f.u = {d_u.get(), 0};
   f.Bm = {d_B.get() + off, c.xdbl ? ld : 0};

@@ -361,17 +361,23 @@ std::vector<ScanOutputs<double>> mca_ensemble(const ScanInputs& in) {
 struct RouteRun {
   Route route;
   ExpMath exp;
+  int cpt = 0;  // checkpointed, d_state <= 16: forced channels per thread (0 = the plan's)
   std::string name() const {
     return std::string(scan::to_string(route)) +
-           (route == Route::Checkpointed ? std::string("-") + scan::to_string(exp) : "");
+           (route == Route::Checkpointed ? std::string("-") + scan::to_string(exp) : "") +
+           (cpt ? "-cpt" + std::to_string(cpt) : "");
   }
 };
 
 // The runs a case supports: the checkpointed route with both exponentials, and
 // the cross-check routes where the case is plain (and d_state <= 64 for sequential).
+// At d_state <= 16 the hardware-exp run takes the plan's channels per thread (2 for
+// the small test shapes) and the accurate-exp run forces 3 or 4 (by the case's seed),
+// so that every tile geometry runs.
 std::vector<RouteRun> runs_for(const ScanCase& c) {
+  const int forced = c.ds <= 16 ? int(3 + c.seed % 2) : 0;
   std::vector<RouteRun> r = {{Route::Checkpointed, ExpMath::Hardware},
-                        {Route::Checkpointed, ExpMath::Accurate}};
+                             {Route::Checkpointed, ExpMath::Accurate, forced}};
   if (!c.fused()) {
     r.push_back({Route::Chunked, ExpMath::Accurate});
     if (c.ds <= mc::Limits::kMaxSeqScanDState) r.push_back({Route::Sequential, ExpMath::Accurate});
@@ -418,6 +424,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   f.shape = sh;
   f.route = run.route;
   f.exp = run.exp;
+  f.channels_per_thread = run.cpt;
   f.delta = {delta.get(), 0};
   f.delta_bias = c.softplus ? bias.get() : nullptr;
   f.u = {u.get(), 0};
@@ -466,7 +473,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   DeviceBuffer<float> dB(size_t(R * c.ds), "dB"), dC(size_t(R * c.ds), "dC");
   DeviceBuffer<float> dD = upload<float>(in.dD0, "dD"), dA = upload<float>(in.dA_log0, "dA_log");
   DeviceBuffer<float> dh0(size_t(ns), "dh0");
-  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, run.route);
+  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, run.route, 0, run.cpt);
   DeviceBuffer<char> ws(std::max<size_t>(1, ws_bytes), "scan workspace");
   scan::BwdParams<T> b = scan::backward_of(f);
   b.dy = {dy.get(), 0};
@@ -525,7 +532,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   // many chunks' dB/dC partials) carries dh, dA, the dA_log and dD sums from launch to
   // launch: bitwise the same outputs as one launch.
   if (run.route == Route::Checkpointed) {
-    const scan::Geometry g1 = scan::geometry(sh, run.route, true);
+    const scan::Geometry g1 = scan::geometry(sh, run.route, true, 0, run.cpt);
     const size_t chunk_bytes =
         2 * size_t(c.B) * size_t(g1.chunk) * size_t(g1.reduce_groups) * size_t(c.ds) * 4;
     EXPECT_EQ(g1.segments, 1) << label << ": the default budget splits a test shape";
@@ -533,10 +540,10 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       if (chunks >= g1.n_ckpt) continue;
       const std::string sl = label + " in segments of " + std::to_string(chunks) + " chunks";
       const size_t budget = size_t(chunks) * chunk_bytes;
-      const scan::Geometry gs = scan::geometry(sh, run.route, true, budget);
+      const scan::Geometry gs = scan::geometry(sh, run.route, true, budget, run.cpt);
       EXPECT_EQ(gs.segment_chunks, chunks) << sl;
       EXPECT_EQ(gs.segments, (g1.n_ckpt + chunks - 1) / chunks) << sl;
-      const size_t seg_ws = scan::bwd_workspace_bytes(sh, run.route, budget);
+      const size_t seg_ws = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
       DeviceBuffer<char> ws2(seg_ws, "scan workspace (segments)");
       fill_nan(ws2);
       scan::BwdParams<T> b2 = b;
@@ -557,7 +564,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     // step's backward does it), in one launch and in segments of one chunk: the same bytes.
     for (size_t budget : {size_t(0), size_t(1)}) {
       const std::string il = label + " with d_delta over delta" + (budget ? " in segments" : "");
-      const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget);
+      const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
       DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
       fill_nan(ws3);
       for (auto* t : {&du, &dz}) fill_nan(*t);
@@ -1111,6 +1118,24 @@ TEST(ScanRefusal, EveryFieldNamed) {
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "Bm.ld = 15") && contains(e.what(), "16")) << e.what();
   }
+  // the tile plan's channels per thread: 2..4, and only where it runs (d_state <= 16)
+  struct BadTile {
+    int64_t ds;
+    int cpt;
+    const char* want;
+  };
+  for (const BadTile& t : {BadTile{16, 1, "channels_per_thread = 1 violates channels_per_thread >= 2"},
+                           BadTile{16, 5, "channels_per_thread = 5 violates channels_per_thread <= 4"},
+                           BadTile{17, 3, "channels_per_thread = 3 violates channels_per_thread == 0"}}) {
+    scan::FwdParams<float> ft = dummy_fwd(&x, {1, 8, 4, t.ds}, Route::Checkpointed);
+    ft.channels_per_thread = t.cpt;
+    try {
+      scan::forward<float>(ft, nullptr);
+      ADD_FAILURE() << "channels_per_thread " << t.cpt << " accepted at d_state " << t.ds;
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), t.want)) << e.what();
+    }
+  }
 }
 
 TEST(ScanRefusal, NullPointerNamed) {
@@ -1216,24 +1241,51 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
       EXPECT_EQ(g.lanes & (g.lanes - 1), 0) << ds << ": lanes a power of two";
       EXPECT_LE(g.lanes, 32) << ds << ": a channel within one warp";
       EXPECT_GE(int64_t(g.lanes) * g.states, ds) << ds << ": every state held";
-      // the four compiled (lanes, states) configurations, the smallest that holds ds
+      // the compiled (lanes, states) configurations, the smallest that holds ds: the tile
+      // plan (4 lanes of 4 states, 2..4 channels a thread) up to d_state 16, then one
+      // channel a thread
       const int want_lanes = ds <= 16 ? 4 : (ds <= 64 ? 16 : 32);
       EXPECT_EQ(g.lanes, want_lanes) << ds;
       EXPECT_EQ(g.states, ds <= 128 ? 4 : 8) << ds;
-      EXPECT_EQ(g.channels_per_block * g.lanes, g.threads) << ds;
+      if (ds <= 16) {
+        EXPECT_GE(g.channels_per_thread, 2) << ds;
+        EXPECT_LE(g.channels_per_thread, 4) << ds;
+      } else {
+        EXPECT_EQ(g.channels_per_thread, 1) << ds;
+      }
+      EXPECT_EQ(g.channels_per_block * g.lanes, g.threads * g.channels_per_thread) << ds;
       EXPECT_EQ(g.blocks, 3 * ((77 + g.channels_per_block - 1) / g.channels_per_block)) << ds;
       EXPECT_EQ(g.n_ckpt, (1000 + g.chunk - 1) / g.chunk) << ds;
-      // launchable on sm_90 (227 KiB per block); three blocks per SM fit up to
-      // d_state 16 (Mamba's), two up to d_state 128
+      // launchable on sm_90 (227 KiB per block); the tile plan runs one block of 4 warps
+      // per SM by design; two one-channel blocks per SM fit up to d_state 128
       EXPECT_LE(g.smem_bytes, size_t(227) << 10) << ds;
-      if (ds <= 16) {
-        EXPECT_LE(g.smem_bytes, size_t(75) << 10) << ds << ": three blocks per SM";
-      }
-      if (ds <= 128) {
+      if (ds > 16 && ds <= 128) {
         EXPECT_LE(g.smem_bytes, size_t(113) << 10) << ds << ": two blocks per SM";
       }
       EXPECT_EQ(scan::saved_floats(sh, Route::Checkpointed), size_t(3 * g.n_ckpt * 77 * ds)) << ds;
     }
+}
+
+// The tile plan's choice of channels per thread (d_state <= 16): the one that fills 132
+// SMs with the fewest issue slots on the busiest (host.cu), and a forced value wins; the
+// checkpoint stride, and so the saved layout, does not depend on it.
+TEST(ScanContract, TilePlanChannelsPerThread) {
+  auto cpt = [](int64_t B, int64_t di, int force = 0) {
+    return scan::geometry(scan::Shape{B, 2048, di, 16}, Route::Checkpointed, true, 0, force)
+        .channels_per_thread;
+  };
+  EXPECT_EQ(cpt(8, 1536), 3);  // 128 blocks of 96 channels: one round on 132 SMs
+  EXPECT_EQ(cpt(8, 2048), 4);  // 128 blocks of 128
+  EXPECT_EQ(cpt(8, 4096), 4);  // 256 blocks: two rounds (2 channels would need four)
+  EXPECT_EQ(cpt(1, 1536), 2);  // 24 blocks: the fewest channels a thread
+  for (int f : {2, 3, 4}) {
+    const scan::Geometry g =
+        scan::geometry(scan::Shape{8, 2048, 1536, 16}, Route::Checkpointed, false, 0, f);
+    EXPECT_EQ(g.channels_per_thread, f);
+    EXPECT_EQ(g.channels_per_block, 32 * f);
+    EXPECT_EQ(g.chunk, 16);
+    EXPECT_EQ(g.blocks, 8 * ((1536 + 32 * f - 1) / (32 * f)));
+  }
 }
 
 TEST(ScanContract, TrafficModel) {
