@@ -72,8 +72,9 @@ bool has_fwd(Op o) { return o != Op::Bwd; }
 bool has_bwd(Op o) { return o != Op::Fwd; }
 
 // A route and its exponential ("checkpointed-hw", "checkpointed-acc", "chunked",
-// "sequential"); a checkpointed route may force the d_state <= 16 tile plan's channels
-// per thread with a ":cpt2" .. ":cpt4" suffix (the plan's own choice otherwise).
+// "sequential"); a checkpointed route may force its channels per thread with a ":cpt1"
+// (one channel a thread) .. ":cpt4" suffix (2..4: the d_state <= 16 tile plan; the plan's
+// own choice otherwise).
 struct Run {
   scan::Route route;
   scan::ExpMath exp;
@@ -90,8 +91,8 @@ Run parse_run(const std::string& spec) {
   const size_t colon = s.find(":cpt");
   if (colon != std::string::npos) {
     const std::string v = s.substr(colon + 4);
-    if (v != "2" && v != "3" && v != "4")
-      throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt2, :cpt3 or :cpt4");
+    if (v != "1" && v != "2" && v != "3" && v != "4")
+      throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt1 .. :cpt4");
     cpt = std::stoi(v);
     s = s.substr(0, colon);
   }
@@ -175,7 +176,7 @@ std::vector<ScanCase> make_cases(const BenchFlags& f) {
       for (DType dt : dts)
         for (const Run& r : runs) {
           if (r.route == scan::Route::Sequential && ds > Limits::kMaxSeqScanDState) continue;
-          if (r.cpt && ds > 16) continue;  // the tile plan serves d_state <= 16
+          if (r.cpt > 1 && ds > 16) continue;  // the tile plan serves d_state <= 16
           out.push_back({op, dt, r, T, ds, group, case_key(op, dt, run_name(r), T, ds)});
         }
     ++group;
@@ -665,8 +666,8 @@ int main_impl(int argc, char** argv) {
               "                     (default 0: the scan's own, kDefaultPartialBudget)\n"
               "  --cases=T:DS,...   the (T, d_state) pairs (default 512:16,2048:16,8192:16,2048:256)\n"
               "  --routes=R,...     of checkpointed-hw, checkpointed-acc, chunked, sequential;\n"
-              "                     a checkpointed route with :cpt2..:cpt4 forces the tile plan's\n"
-              "                     channels per thread (d_state <= 16)\n"
+              "                     a checkpointed route with :cpt1..:cpt4 forces its channels\n"
+              "                     per thread (2..4: the tile plan, d_state <= 16)\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +

@@ -29,8 +29,8 @@
 #   ncutile   Nsight Compute on the d_state <= 16 tile kernels at T 2048 (B 8, d_inner 1536):
 #             one forward and one backward launch each of f32 and bf16, the sections that
 #             say what bounds them -> logs/ncu_tile_<op>_<dtype>.txt
-#   scantiles bench_scan at T 2048, d_state 16 with the tile plan's channels per thread
-#             forced to 2, 3 and 4 beside the plan's own choice -> bench_scan_tiles.json
+#   scantiles bench_scan at T 2048, d_state 16 with the channels per thread forced to 1
+#             (one channel a thread) and 2, 3, 4 (the tile plan) -> bench_scan_tiles.json
 #   ncutrain  Nsight Compute on the first bf16 training step at d_model 768, T 2048, one
 #             layer (every kernel's duration, DRAM and SM throughput) -> ncu_train.csv
 # The tests phase writes the precision and determinism rows the suites record to
@@ -92,12 +92,13 @@ for p in "${phases[@]}"; do
           --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
           --section LaunchStats --section SchedulerStats --section WarpStateStats \
           --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
-          "$build/bench/bench_scan" --cases=2048:16 --routes=checkpointed-hw --dtypes=$dt \
+          --print-details all "$build/bench/bench_scan" --cases=2048:16 \
+          --routes=checkpointed-hw:cpt${NCU_CPT:-3} --dtypes=$dt \
           --benchmark_min_time=0.001 --benchmark_filter="scan_${op}/"
       done; done ;;
     scantiles)
       run_phase bench_scan_tiles "$build/bench/bench_scan" --json="$out/bench_scan_tiles.json" \
-        --cases=2048:16 --routes=checkpointed-hw:cpt2,checkpointed-hw,checkpointed-hw:cpt3,checkpointed-hw:cpt4 \
+        --cases=2048:16 --routes=checkpointed-hw:cpt1,checkpointed-hw:cpt2,checkpointed-hw:cpt3,checkpointed-hw:cpt4 \
         ${TILES_ARGS:---dtypes=f32,bf16} ;;
     ncu)
       run_phase ncu_scan ncu --clock-control none --kernel-name regex:'(ckpt|tile)_' --launch-skip 0 \

@@ -31,11 +31,8 @@ struct CkptPlan {
   size_t smem_bytes = 0;
 };
 // A pure function of the shape and the direction (and of a forced channels_per_thread,
-// 0 = the plan's choice; ConfigError when it is not 2..4 or d_state > 16).
+// 0 = the plan's choice; ConfigError when it is not 1..4, or above 1 at d_state > 16).
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread = 0);
-// The tile plan's SM count: its choice of channels per thread fills this many SMs (the
-// H100/H200 SXM's 132), whatever the device, so that the bits depend on the shape alone.
-constexpr int64_t kTilePlanSMs = 132;
 
 // The backward's segments (scan::BwdParams::partial_budget): chunks per launch, so
 // that the dB and dC partials of one segment, [B, seg_rows, nblk_d, ds] f32 each, fit

@@ -148,6 +148,7 @@ void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
     default: tile_forward_s<T, 4>(p, pl, st); return;
   }
   switch (pl.S * 100 + pl.lanes) {  // the four compiled (states, lanes) configurations
+    case 404: ckpt_forward_s<T, 4, 4, ckpt_chunk(4)>(p, pl, st); break;
     case 416: ckpt_forward_s<T, 4, 16, ckpt_chunk(4)>(p, pl, st); break;
     case 432: ckpt_forward_s<T, 4, 32, ckpt_chunk(4)>(p, pl, st); break;
     default: ckpt_forward_s<T, 8, 32, ckpt_chunk(8)>(p, pl, st); break;
@@ -297,6 +298,7 @@ void ckpt_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
     default: tile_backward_s<T, 4>(p, pl, st); return;
   }
   switch (pl.S * 100 + pl.lanes) {
+    case 404: ckpt_backward_s<T, 4, 4, ckpt_chunk(4)>(p, pl, st); break;
     case 416: ckpt_backward_s<T, 4, 16, ckpt_chunk(4)>(p, pl, st); break;
     case 432: ckpt_backward_s<T, 4, 32, ckpt_chunk(4)>(p, pl, st); break;
     default: ckpt_backward_s<T, 8, 32, ckpt_chunk(8)>(p, pl, st); break;

@@ -147,43 +147,27 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
 }
 
 namespace {
-// The tile plan's channels per thread for a shape: 2, 3 or 4, whichever gives the fewest
-// issue slots per step on the busiest SM, one block of kTileWarps warps per SM (shared
-// memory allows no second), kTilePlanSMs SMs. Per thread and step a block's warps spend
-// ~16 slots per channel (4 states) plus ~8 per step for the loads and lane reductions;
-// rounds of blocks beyond the SMs add up. Ties go to more channels per thread (fewer
-// instructions per element). B 8, d_inner 1536: 3 (128 blocks, one round); d_inner
-// 2048: 4 (128 blocks); 4096: 4 (two rounds).
-int tile_channels_per_thread(const scan::Shape& s) {
-  int best = 4;
-  int64_t best_cost = -1;
-  for (int dt : {4, 3, 2}) {
-    const int64_t cb = tile_cb(dt);
-    const int64_t blocks = s.B * ((s.di + cb - 1) / cb);
-    const int64_t rounds = (blocks + kTilePlanSMs - 1) / kTilePlanSMs;
-    const int64_t cost = rounds * (16 * dt + 8);
-    if (best_cost < 0 || cost < best_cost) {
-      best = dt;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
+// The plan's own choice of channels per thread at d_state <= 16. The one-channel plan (1)
+// until a tile plan is measured faster (docs/performance-notes.md, "2026-12-04").
+int auto_channels_per_thread(const scan::Shape&) { return 1; }
 }  // namespace
 
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread) {
   CkptPlan pl;
   if (channels_per_thread != 0) {
-    if (s.ds > kTileMaxDState)
-      fail("scan", "channels_per_thread", channels_per_thread, "==", 0,
-           "the tile plan serves d_state <= 16 only");
-    if (channels_per_thread < 2)
-      fail("scan", "channels_per_thread", channels_per_thread, ">=", 2, "tile plan");
+    if (channels_per_thread < 1)
+      fail("scan", "channels_per_thread", channels_per_thread, ">=", 1, "0 = the plan's choice");
     if (channels_per_thread > 4)
       fail("scan", "channels_per_thread", channels_per_thread, "<=", 4, "tile plan");
+    if (channels_per_thread > 1 && s.ds > kTileMaxDState)
+      fail("scan", "channels_per_thread", channels_per_thread, "<=", 1,
+           "the tile plan serves d_state <= 16 only");
   }
-  if (s.ds <= kTileMaxDState) {
-    pl.dt = channels_per_thread ? channels_per_thread : tile_channels_per_thread(s);
+  const int cpt = s.ds <= kTileMaxDState
+                      ? (channels_per_thread ? channels_per_thread : auto_channels_per_thread(s))
+                      : 1;
+  if (cpt > 1) {
+    pl.dt = cpt;
     pl.S = 4;
     pl.K = kTileChunk;
     pl.lanes = kTileLanes;

@@ -96,9 +96,9 @@ struct FwdParams {
   float* saved = nullptr;
   // output
   Rows<T> y;                          // [B*T, di]
-  // Checkpointed route, d_state <= 16: channels per thread of the tile plan (2, 3 or 4;
-  // 0 = the plan's choice for the shape, see geometry()). For tests and benchmarks that
-  // compare the plans; the bits of y do not depend on it, those of dB/dC do.
+  // Checkpointed route: channels per thread (0 = the plan's choice for the shape, see
+  // geometry(); 1 = one channel x 4 or 8 states a thread; 2..4 = the tile plan, d_state
+  // <= 16 only). For tests and benchmarks that compare the plans; bits differ between them.
   int channels_per_thread = 0;
 };
 
@@ -184,7 +184,7 @@ struct Geometry {
   int threads = 0;             // per block
   int lanes = 0;               // threads per channel (each holds `states` states)
   int states = 0;              // states per thread
-  int channels_per_thread = 1; // Checkpointed, d_state <= 16: the tile plan's 2..4
+  int channels_per_thread = 1; // Checkpointed: 1, or the tile plan's 2..4 (d_state <= 16)
   int channels_per_block = 0;
   int64_t chunk = 0;           // Checkpointed: checkpoint stride; Chunked: chunk; Sequential: T
   int64_t n_ckpt = 0;          // Checkpointed: ceil(T / chunk)
@@ -194,11 +194,11 @@ struct Geometry {
   int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
   int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment
 };
-// Checkpointed, d_state <= 16 (the tile plan, tile_kernels.cuh): blocks of 4 warps, a
-// thread owns channels_per_thread channels x 4 states; the plan takes 2, 3 or 4 channels
-// per thread, whichever fills the GPU's SMs best (one block per SM, planned for 132 SMs:
-// a pure function of the shape, so the bits do not depend on the device);
-// `channels_per_thread` (2..4) overrides it. d_state > 16: one channel per thread.
+// Checkpointed: blocks of 4 warps. One channel a thread (channels_per_thread = 1): its
+// states spread over `lanes` lanes of `states` each. The tile plan (tile_kernels.cuh,
+// d_state <= 16, channels_per_thread 2..4): a thread owns channels_per_thread channels x 4
+// states, one block per SM. The plan's own choice is a pure function of the shape (so the
+// bits do not depend on the device); `channels_per_thread` overrides it.
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0,
                   int channels_per_thread = 0);
 

@@ -68,9 +68,7 @@ constexpr int kTileQ = 8;                                // backward steps per d
 // do (a shared-memory store inside an unrolled run of steps would order every later
 // load after it): fewer at 4 channels a thread, where the registers run out first.
 // (Measured with ptxas -v at 255 registers a thread: no spill for any instance.)
-__host__ __device__ constexpr int tile_qd(int dt, bool accurate) {
-  return dt == 4 || (dt == 3 && accurate) ? 2 : 4;
-}
+__host__ __device__ constexpr int tile_qd(int dt, bool) { return dt >= 3 ? 2 : 4; }
 __host__ __device__ constexpr int tile_rg(int dt) { return dt >= 3 ? 2 : 4; }
 constexpr int kTileSlots = 32;                           // a warp's per-step scalar row
 static_assert(kTileChunk == 16, "the tile plan shares the 4-states plan's checkpoint stride");
@@ -126,44 +124,68 @@ __host__ __device__ inline int tile_bwd_n_sc(bool z, bool sp) { return 3 + z + s
 // lane keeps the half of its values that its mask bit selects (upper half when set)
 // and adds the partner's copy of that half (keep + received). A fixed order: the same
 // inputs give the same bits on every run.
+// (One xor level per template instance, so every index is a compile-time constant and the
+// array stays in registers: a loop over the levels left it on the stack.)
+template <int NV, int H, int M, int MLO>
+__device__ __forceinline__ void reduce_scatter_level(float (&v)[NV], int lane) {
+  if constexpr (M >= MLO) {
+    const bool up = (lane & M) != 0;
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = up ? v[i] : v[H + i];
+      const float keep = up ? v[H + i] : v[i];
+      v[i] = keep + shfl_xor(send, M);
+    }
+    reduce_scatter_level<NV, H / 2, M / 2, MLO>(v, lane);
+  }
+}
 template <int NV, int MHI, int MLO>
 __device__ __forceinline__ void reduce_scatter_masks(float (&v)[NV], int lane) {
+  reduce_scatter_level<NV, NV / 2, MHI, MLO>(v, lane);
+}
+
+// N steps' per-channel partials v[slot·N + step] summed over the group's 4 lanes: this
+// lane's output slot (P2 = 4: slot j; P2 = 2: slot j / 2, the same on lanes j, j ^ 1) of
+// every step in v[0 .. N). The steps' shuffles are independent of each other, so a run of
+// N steps reduces with N-fold parallelism; each step is summed in the same order as alone.
+template <int P2, int N>
+__device__ __forceinline__ void group_slot_sums(float (&v)[P2 * N], int lane) {
+  if constexpr (P2 == 4) {
+    reduce_scatter_masks<4 * N, 2, 1>(v, lane);
+  } else {
+    reduce_scatter_masks<2 * N, 2, 2>(v, lane);
 #pragma unroll
-  for (int m = MHI, h = NV / 2; m >= MLO; m >>= 1, h >>= 1) {
-    const bool up = (lane & m) != 0;
+    for (int i = 0; i < N; ++i) v[i] += shfl_xor(v[i], 1);
+  }
+}
+// N steps' per-channel (S1, S2) pairs q[(slot·2 + pair)·N + step] summed over the group's
+// 4 lanes: this lane's output slot's pairs in q[pair·N + step].
+template <int P2, int N>
+__device__ __forceinline__ void group_slot_pair_sums(float (&q)[2 * P2 * N], int lane) {
+  if constexpr (P2 == 4) {
+    reduce_scatter_masks<8 * N, 2, 1>(q, lane);
+  } else {
+    reduce_scatter_masks<4 * N, 2, 2>(q, lane);
 #pragma unroll
-    for (int i = 0; i < h; ++i) {
-      const float send = up ? v[i] : v[h + i];
-      const float keep = up ? v[h + i] : v[i];
-      v[i] = keep + shfl_xor(send, m);
-    }
+    for (int i = 0; i < 2 * N; ++i) q[i] += shfl_xor(q[i], 1);
   }
 }
 
-// The group's per-channel partials yp[slot] summed over its 4 lanes: the sum of this
-// lane's output slot (P2 = 4: slot j; P2 = 2: slot j / 2, the same on lanes j, j ^ 1).
-template <int P2>
-__device__ __forceinline__ float group_slot_sum(float (&yp)[P2], int lane) {
-  if constexpr (P2 == 4) {
-    reduce_scatter_masks<4, 2, 1>(yp, lane);
-    return yp[0];
-  } else {
-    reduce_scatter_masks<2, 2, 2>(yp, lane);
-    return yp[0] + shfl_xor(yp[0], 1);
+// The per-warp transform's share of a lane: one fixed column wc of the warp's WC = 8·DT
+// channels, rows r0, r0 + RS, ... (no division in the loop; with DT = 3 lanes 24..31 idle).
+template <int DT>
+struct TileCol {
+  static constexpr int WC = 8 * DT, RS = WC >= 32 ? 1 : 32 / WC;
+  bool active;
+  int wc, r0, col, slot;  // col: the block column; slot: its place in a scalar row
+  __device__ __forceinline__ TileCol(int lane, int w) {
+    active = lane < WC * RS;
+    wc = lane % WC;
+    r0 = lane / WC;
+    col = w * WC + wc;
+    slot = (wc / DT) * 4 + wc % DT;
   }
-}
-// The group's per-channel (S1, S2) pairs q[2·slot], q[2·slot+1] summed over its 4 lanes:
-// the pair of this lane's output slot in q[0], q[1].
-template <int P2>
-__device__ __forceinline__ void group_slot_pair_sum(float (&q)[2 * P2], int lane) {
-  if constexpr (P2 == 4) {
-    reduce_scatter_masks<8, 2, 1>(q, lane);
-  } else {
-    reduce_scatter_masks<4, 2, 2>(q, lane);
-    q[0] += shfl_xor(q[0], 1);
-    q[1] += shfl_xor(q[1], 1);
-  }
-}
+};
 
 // Which thread serves what (both tile kernels).
 template <int DT>
@@ -297,6 +319,10 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
   stage(0, 0);
 
   const int orow = m.grp * 4 + m.oslot;  // the output slot in a scalar row
+  const TileCol<DT> tc(m.lane, m.w);
+  const int64_t dcol = m.d0 + tc.col < p.di ? m.d0 + tc.col : p.di - 1;  // the lane's column
+  const float Dcol = p.D ? __ldg(p.D + dcol) : 0.f;
+  const float bcol = p.delta_bias ? __ldg(p.delta_bias + dcol) : 0.f;
   for (int64_t c = 0; c < n_stage; ++c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * KF;
@@ -305,20 +331,22 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
     __syncthreads();  // stage c's tiles are in buffer bf; every thread is done with stage c-1
     if (c + 1 < n_stage) stage(c + 1, bf ^ 1);  // copies overlap this stage's math
     // this warp's per-(t, d) scalars: its 8·DT channels, every step of the stage
-    for (int e = m.lane; e < KF * WC; e += 32) {
-      const int k = e / WC, wc = e - k * WC;
-      const int col = m.w * WC + wc, slot = (wc / DT) * 4 + wc % DT;
-      const int64_t dc = m.d0 + col < p.di ? m.d0 + col : p.di - 1;
-      const float x = smem_f32(raw(bf, 0)[k * CB + col]);
-      const float dl = k < nk ? (p.delta_bias ? act_softplus(x + __ldg(p.delta_bias + dc)) : x) : 0.f;
-      const float uv = smem_f32(raw(bf, 1)[k * CB + col]);
-      sc_delta[k * kTileSlots + slot] = dl;
-      sc_du[k * kTileSlots + slot] = dl * uv;
-      sc_skip[k * kTileSlots + slot] = p.D ? __fmul_rn(__ldg(p.D + dc), uv) : 0.f;
-      if (has_z) sc_gate[k * kTileSlots + slot] = act_silu(smem_f32(raw(bf, 2)[k * CB + col]));
-    }
+    if (tc.active)
+      for (int k = tc.r0; k < KF; k += tc.RS) {
+        const float x = smem_f32(raw(bf, 0)[k * CB + tc.col]);
+        const float dl = k < nk ? (p.delta_bias ? act_softplus(x + bcol) : x) : 0.f;
+        const float uv = smem_f32(raw(bf, 1)[k * CB + tc.col]);
+        const int e = k * kTileSlots + tc.slot;
+        sc_delta[e] = dl;
+        sc_du[e] = dl * uv;
+        sc_skip[e] = p.D ? __fmul_rn(Dcol, uv) : 0.f;
+        if (has_z) sc_gate[e] = act_silu(smem_f32(raw(bf, 2)[k * CB + tc.col]));
+      }
     copy_bc_rows<T, KF>(bcw, bct(bf, 0), m.lane);
     __syncwarp();
+    // Runs of FU steps: the states advance step by step, the FU steps' y are summed over
+    // the group together, then the output lane stores them (a predicated store per step
+    // through a pointer advanced by one row: no branch, no index arithmetic in the run).
     T* yrow = p.y + (row0 + t0) * p.ld_y + m.dout;
 #pragma unroll 1
     for (int k0 = 0; k0 < KF; k0 += FU) {
@@ -331,6 +359,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
               store_states<4>(p.ckpt + ((m.b * g.n_ckpt + ci) * p.di + m.d(i)) * p.ds + m.n0,
                               g.vec_state, m.nvalid, h[i]);
       }
+      float yv[P2 * FU];  // [slot][step]
 #pragma unroll
       for (int kk = 0; kk < FU; ++kk) {  // branch-free: steps past T leave h unchanged
         const int k = k0 + kk;
@@ -339,20 +368,25 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
         slot_vec<DT>(sc_du + k * kTileSlots + m.grp * 4, du);
         f4_load(bcw + k * 16 + m.n0, bv);
         f4_load(bcw + (KF + k) * 16 + m.n0, cv);
-        float yp[P2];
 #pragma unroll
-        for (int i = 0; i < P2; ++i) yp[i] = 0.f;
+        for (int i = 0; i < P2; ++i) yv[i * FU + kk] = 0.f;
 #pragma unroll
         for (int i = 0; i < DT; ++i)
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
             const float dA = expm<E>(dl[i] * a[i][s]);
             h[i][s] = fmaf(dA, h[i][s], du[i] * bv[s]);
-            yp[i] = fmaf(h[i][s], cv[s], yp[i]);
+            yv[i * FU + kk] = fmaf(h[i][s], cv[s], yv[i * FU + kk]);
           }
-        float yv = group_slot_sum<P2>(yp, m.lane) + sc_skip[k * kTileSlots + orow];
-        if (has_z) yv *= sc_gate[k * kTileSlots + orow];
-        if (m.olane && k < nk) store_rn(yrow + int64_t(k) * p.ld_y, yv);
+      }
+      group_slot_sums<P2, FU>(yv, m.lane);
+#pragma unroll
+      for (int kk = 0; kk < FU; ++kk) {
+        const int k = k0 + kk;
+        float y = yv[kk] + sc_skip[k * kTileSlots + orow];
+        if (has_z) y *= sc_gate[k * kTileSlots + orow];
+        if (m.olane && k < nk) store_rn(yrow, y);
+        yrow += p.ld_y;
       }
     }
   }
@@ -425,6 +459,9 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
   // the lane's dB/dC sum after the channel reduce-scatter: entry grp of (dB 0..3, dC 0..3)
   const int widx = (m.grp >> 2) * 16 + m.n0 + (m.grp & 3);
   int wb = 0;  // wsum buffer
+  const TileCol<DT> tc(m.lane, m.w);
+  const int64_t dcol = m.d0 + tc.col < p.di ? m.d0 + tc.col : p.di - 1;  // the lane's column
+  const float bcol = has_sp ? __ldg(p.delta_bias + dcol) : 0.f;
   zero_bc_padding<T>(bcr, K, 16, p.ds, 2);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
@@ -464,91 +501,104 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are staged; every thread is done with chunk c+1
     // this warp's per-(t, d) scalars: its 8·DT channels, every step of the chunk
-    for (int e = m.lane; e < K * WC; e += 32) {
-      const int k = e / WC, wc = e - k * WC;
-      const int col = m.w * WC + wc, es = k * kTileSlots + (wc / DT) * 4 + wc % DT;
-      const int64_t dc = m.d0 + col < p.di ? m.d0 + col : p.di - 1;
-      const float x = smem_f32(raw(0)[k * CB + col]);
-      const float bias = has_sp ? __ldg(p.delta_bias + dc) : 0.f;
-      float dl = 0.f, dyv = 0.f;
-      if (k < nk) {
-        dl = has_sp ? act_softplus(x + bias) : x;
-        dyv = smem_f32(raw(2)[k * CB + col]);  // 0 on padding channels and rows: nothing to dB/dC
+    if (tc.active)
+      for (int k = tc.r0; k < K; k += tc.RS) {
+        const int es = k * kTileSlots + tc.slot;
+        const float x = smem_f32(raw(0)[k * CB + tc.col]);
+        float dl = 0.f, dyv = 0.f;
+        if (k < nk) {
+          dl = has_sp ? act_softplus(x + bcol) : x;
+          dyv = smem_f32(raw(2)[k * CB + tc.col]);  // 0 on padding channels and rows
+        }
+        if (has_sp) sc_fd[es] = act_sigmoid(x + bcol);
+        if (has_z) {
+          const float zv = smem_f32(raw(3)[k * CB + tc.col]);
+          sc_fz[es] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
+          dyv = dyv * act_silu(zv);             // ∂L/∂y = dG·silu(z)
+        }
+        sc_delta[es] = dl;
+        sc_u[es] = smem_f32(raw(1)[k * CB + tc.col]);
+        sc_dy[es] = dyv;
       }
-      if (has_sp) sc_fd[es] = act_sigmoid(x + bias);
-      if (has_z) {
-        const float zv = smem_f32(raw(3)[k * CB + col]);
-        sc_fz[es] = dyv * act_silu_grad(zv);  // dz = dG·y·silu'(z), y from the recompute
-        dyv = dyv * act_silu(zv);             // ∂L/∂y = dG·silu(z)
-      }
-      sc_delta[es] = dl;
-      sc_u[es] = smem_f32(raw(1)[k * CB + col]);
-      sc_dy[es] = dyv;
-    }
     copy_bc_rows<T, K>(bcw, bcr, m.lane);
     __syncthreads();  // every warp has read the raw tiles: chunk c-1 may overwrite them
     if (c > p.c_lo) stage(c - 1);  // copies overlap this chunk's math
 
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
-    // states stay in registers and are stored after the group's last step: a shared-memory
-    // store inside the loop would order the later steps' loads after it.
+    // states stay in registers and are stored after the run's last step: a shared-memory
+    // store inside the run would order the later steps' loads after it.
+    {
+      T* dzrow = has_z ? p.dz + (row0 + t0) * p.ld_dz + m.dout : nullptr;
 #pragma unroll 1
-    for (int k0 = 0; k0 < K; k0 += RG) {
-      float hk[RG][DT][4];
+      for (int k0 = 0; k0 < K; k0 += RG) {
+        float hk[RG][DT][4], yv[P2 * RG];
 #pragma unroll
-      for (int r = 0; r < RG; ++r) {
-        const int k = k0 + r;
-        float dl[DT], uu[DT], bv[4];
-        slot_vec<DT>(sc_delta + k * kTileSlots + m.grp * 4, dl);
-        slot_vec<DT>(sc_u + k * kTileSlots + m.grp * 4, uu);
-        f4_load(bcw + k * 16 + m.n0, bv);
+        for (int r = 0; r < RG; ++r) {
+          const int k = k0 + r;
+          float dl[DT], uu[DT], bv[4];
+          slot_vec<DT>(sc_delta + k * kTileSlots + m.grp * 4, dl);
+          slot_vec<DT>(sc_u + k * kTileSlots + m.grp * 4, uu);
+          f4_load(bcw + k * 16 + m.n0, bv);
 #pragma unroll
-        for (int i = 0; i < DT; ++i) {
-          const float du = dl[i] * uu[i];
+          for (int i = 0; i < DT; ++i) {
+            const float du = dl[i] * uu[i];
 #pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            hk[r][i][s] = h[i][s];  // slot k: the state before step k
-            const float dA = expm<E>(dl[i] * a[i][s]);
-            h[i][s] = fmaf(dA, h[i][s], du * bv[s]);
+            for (int s = 0; s < 4; ++s) {
+              hk[r][i][s] = h[i][s];  // slot k: the state before step k
+              const float dA = expm<E>(dl[i] * a[i][s]);
+              h[i][s] = fmaf(dA, h[i][s], du * bv[s]);
+            }
+          }
+          if (has_z) {  // block-uniform: y of the step, as the forward sums it
+            float cv[4];
+            f4_load(bcw + (K + k) * 16 + m.n0, cv);
+#pragma unroll
+            for (int i = 0; i < P2; ++i) yv[i * RG + r] = 0.f;
+#pragma unroll
+            for (int i = 0; i < DT; ++i)
+#pragma unroll
+              for (int s = 0; s < 4; ++s) yv[i * RG + r] = fmaf(h[i][s], cv[s], yv[i * RG + r]);
           }
         }
-        if (has_z) {  // block-uniform: y of the output slot, then dz = dG·silu'(z)·y
-          float cv[4], yp[P2];
-          f4_load(bcw + (K + k) * 16 + m.n0, cv);
+        if (has_z) {  // dz = dG·silu'(z)·y of the output slot, y = Σ_n h·C + D·u
+          group_slot_sums<P2, RG>(yv, m.lane);
 #pragma unroll
-          for (int i = 0; i < P2; ++i) yp[i] = 0.f;
+          for (int r = 0; r < RG; ++r) {
+            const int k = k0 + r;
+            const float y = yv[r] + __fmul_rn(Dd, sc_u[k * kTileSlots + orow]);
+            const float dzv = sc_fz[k * kTileSlots + orow] * y;
+            if (m.olane && k < nk) store_rn(dzrow, dzv);
+            dzrow += p.ld_dz;
+          }
+        }
+        float4* hw = hs4 + size_t(k0) * DT * kTileThreads + m.tid;
+#pragma unroll
+        for (int r = 0; r < RG; ++r)
 #pragma unroll
           for (int i = 0; i < DT; ++i)
-#pragma unroll
-            for (int s = 0; s < 4; ++s) yp[i] = fmaf(h[i][s], cv[s], yp[i]);
-          const float yv = group_slot_sum<P2>(yp, m.lane) +
-                           __fmul_rn(Dd, sc_u[k * kTileSlots + orow]);
-          if (m.olane && k < nk)
-            store_rn(p.dz + (row0 + t0 + k) * p.ld_dz + m.dout, sc_fz[k * kTileSlots + orow] * yv);
-        }
+            hw[(r * DT + i) * kTileThreads] =
+                make_float4(hk[r][i][0], hk[r][i][1], hk[r][i][2], hk[r][i][3]);
       }
-#pragma unroll
-      for (int r = 0; r < RG; ++r)
-#pragma unroll
-        for (int i = 0; i < DT; ++i)
-          hs4[((k0 + r) * DT + i) * kTileThreads + m.tid] =
-              make_float4(hk[r][i][0], hk[r][i][1], hk[r][i][2], hk[r][i][3]);
     }
 
     // walk the chunk backwards, Q steps per dB/dC batch; steps past T have dl = dy = 0:
-    // dA = 1 and gc, dal, dD unchanged, no dB/dC terms.
-    // hcur = h_t of the step walked; hp = h_{t-1} (hs slot k).
+    // dA = 1 and gc, dal, dD unchanged, no dB/dC terms. hcur = h_t of the step walked;
+    // hp = h_{t-1} (hs slot k). Runs of QD steps: their dB/dC and S1/S2 partials are summed
+    // over the warp's groups and the group's lanes together, then the output lane stores
+    // dδ, du of each step through pointers moved back one row a step.
     float hcur[DT][4];
 #pragma unroll
     for (int i = 0; i < DT; ++i)
 #pragma unroll
       for (int s = 0; s < 4; ++s) hcur[i][s] = h[i][s];
+    T* ddrow = p.d_delta + (row0 + t0 + K - 1) * p.ld_dd + m.dout;
+    T* durow = p.du + (row0 + t0 + K - 1) * p.ld_du + m.dout;
 #pragma unroll 1
     for (int qb = K / Q - 1; qb >= 0; --qb) {
       float* ws = wsum + (size_t(wb) * W + m.w) * Q * 32;  // this warp's sums of this batch
 #pragma unroll 1
       for (int kh = Q - QD; kh >= 0; kh -= QD) {
-        float wv[QD];
+        float v[8 * QD], q[2 * P2 * QD];  // [entry][step], [slot][pair][step]
 #pragma unroll
         for (int kk = QD - 1; kk >= 0; --kk) {
           const int k = qb * Q + kh + kk;
@@ -558,59 +608,64 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
           slot_vec<DT>(sc_dy + k * kTileSlots + m.grp * 4, dyv);
           f4_load(bcw + k * 16 + m.n0, bv);
           f4_load(bcw + (K + k) * 16 + m.n0, cv);
-          float v[8], q[2 * P2];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) v[e] = 0.f;
+          for (int e = 0; e < 8; ++e) v[e * QD + kk] = 0.f;
 #pragma unroll
-          for (int e = 0; e < 2 * P2; ++e) q[e] = 0.f;
+          for (int e = 0; e < 2 * P2; ++e) q[e * QD + kk] = 0.f;
+          const float4* hr = hs4 + size_t(k) * DT * kTileThreads + m.tid;
 #pragma unroll
           for (int i = 0; i < DT; ++i) {
-            const float4 hp4 = hs4[(k * DT + i) * kTileThreads + m.tid];
+            const float4 hp4 = hr[i * kTileThreads];
             const float hp[4] = {hp4.x, hp4.y, hp4.z, hp4.w};
             const float wdu = dl[i] * uu[i];
+            float& S1 = q[(2 * i) * QD + kk];
+            float& S2 = q[(2 * i + 1) * QD + kk];  // scaled by exp_coef
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
               const float dA = expm<E>(dl[i] * a[i][s]);
               const float dh = fmaf(dyv[i], cv[s], gc[i][s]);  // ∂L/∂h_t
               const float dhP = dh * (dA * hp[s]);
               dal[i][s] = fmaf(dl[i], dhP, dal[i][s]);
-              q[2 * i + 1] = fmaf(a[i][s], dhP, q[2 * i + 1]);  // S2 (scaled by exp_coef)
-              q[2 * i] = fmaf(dh, bv[s], q[2 * i]);              // S1
-              v[s] = fmaf(wdu, dh, v[s]);                        // dB terms (δ·u)·dh
-              v[4 + s] = fmaf(dyv[i], hcur[i][s], v[4 + s]);     // dC terms dy·h_t
+              S2 = fmaf(a[i][s], dhP, S2);
+              S1 = fmaf(dh, bv[s], S1);
+              v[s * QD + kk] = fmaf(wdu, dh, v[s * QD + kk]);               // dB terms (δ·u)·dh
+              v[(4 + s) * QD + kk] = fmaf(dyv[i], hcur[i][s], v[(4 + s) * QD + kk]);  // dC terms
               gc[i][s] = dA * dh;
               hcur[i][s] = hp[s];
             }
           }
-          reduce_scatter_channels<kTileLanes, 8>(v, m.lane);  // over the warp's 8 groups
-          wv[kk] = v[0];
-          group_slot_pair_sum<P2>(q, m.lane);  // over the group's 4 lanes
-          const int e = k * kTileSlots + orow;
+        }
+        reduce_scatter_masks<8 * QD, 16, 4>(v, m.lane);  // over the warp's 8 groups
+        group_slot_pair_sums<P2, QD>(q, m.lane);         // over the group's 4 lanes
+#pragma unroll
+        for (int kk = QD - 1; kk >= 0; --kk) {
+          const int k = qb * Q + kh + kk, e = k * kTileSlots + orow;
           const float uo = sc_u[e], dlo = sc_delta[e], dyo = sc_dy[e];
+          const float S1 = q[kk], S2 = q[QD + kk] * exp_coef_inverse<E>();
           dD_acc = fmaf(dyo, uo, dD_acc);
-          if (m.olane && k < nk) {
-            const float fd = has_sp ? sc_fd[e] : 1.f;
-            const float S2 = q[1] * exp_coef_inverse<E>();
-            const int64_t r = row0 + t0 + k;
-            store_rn(p.d_delta + r * p.ld_dd + m.dout, fmaf(uo, q[0], S2) * fd);
-            store_rn(p.du + r * p.ld_du + m.dout, fmaf(dlo, q[0], __fmul_rn(Dd, dyo)));
-          }
+          const float fd = has_sp ? sc_fd[e] : 1.f;
+          const float ddv = fmaf(uo, S1, S2) * fd, duv = fmaf(dlo, S1, __fmul_rn(Dd, dyo));
+          const bool ok = m.olane && k < nk;  // predicated stores: no branch in the run
+          if (ok) store_rn(ddrow, ddv);
+          if (ok) store_rn(durow, duv);
+          ddrow -= p.ld_dd;
+          durow -= p.ld_du;
         }
 #pragma unroll
-        for (int kk = 0; kk < QD; ++kk) ws[(kh + kk) * 32 + widx] = wv[kk];
+        for (int kk = 0; kk < QD; ++kk) ws[(kh + kk) * 32 + widx] = v[kk];
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
         const float* wbuf = wsum + size_t(wb) * W * Q * 32;
         for (int o = m.tid; o < Q * 32; o += kTileThreads) {
-          const int kk = o >> 5, qn = o & 31, q = qn >> 4, n = qn & 15;
+          const int kk = o >> 5, qn = o & 31, qq = qn >> 4, n = qn & 15;
           const int64_t t = t0 + qb * Q + kk;
           if (n < p.ds && t < p.T) {
             float acc = wbuf[o];
 #pragma unroll
             for (int w = 1; w < W; ++w) acc += wbuf[size_t(w) * Q * 32 + o];
-            float* part = q == 0 ? p.dB_part : p.dC_part;
+            float* part = qq == 0 ? p.dB_part : p.dC_part;
             part[((part_row0 + t) * g.nblk_d + m.dblk) * p.ds + n] = acc;
           }
         }

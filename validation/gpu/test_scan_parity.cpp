@@ -369,15 +369,18 @@ struct RouteRun {
   }
 };
 
-// The runs a case supports: the checkpointed route with both exponentials, and
-// the cross-check routes where the case is plain (and d_state <= 64 for sequential).
-// At d_state <= 16 the hardware-exp run takes the plan's channels per thread (2 for
-// the small test shapes) and the accurate-exp run forces 3 or 4 (by the case's seed),
-// so that every tile geometry runs.
+// The runs a case supports: the checkpointed route with both exponentials (the plan's
+// own choice of channels per thread), and the cross-check routes where the case is plain
+// (and d_state <= 64 for sequential). At d_state <= 16 the tile plan runs too, with both
+// exponentials, at 2, 3 or 4 channels a thread (by the case's seed, a different count
+// for each exponential), so that every tile geometry runs.
 std::vector<RouteRun> runs_for(const ScanCase& c) {
-  const int forced = c.ds <= 16 ? int(3 + c.seed % 2) : 0;
   std::vector<RouteRun> r = {{Route::Checkpointed, ExpMath::Hardware},
-                             {Route::Checkpointed, ExpMath::Accurate, forced}};
+                             {Route::Checkpointed, ExpMath::Accurate}};
+  if (c.ds <= 16) {
+    r.push_back({Route::Checkpointed, ExpMath::Hardware, int(2 + c.seed % 3)});
+    r.push_back({Route::Checkpointed, ExpMath::Accurate, int(2 + (c.seed + 1) % 3)});
+  }
   if (!c.fused()) {
     r.push_back({Route::Chunked, ExpMath::Accurate});
     if (c.ds <= mc::Limits::kMaxSeqScanDState) r.push_back({Route::Sequential, ExpMath::Accurate});
@@ -1118,15 +1121,15 @@ TEST(ScanRefusal, EveryFieldNamed) {
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "Bm.ld = 15") && contains(e.what(), "16")) << e.what();
   }
-  // the tile plan's channels per thread: 2..4, and only where it runs (d_state <= 16)
+  // channels per thread: 1..4, and above 1 (the tile plan) only at d_state <= 16
   struct BadTile {
     int64_t ds;
     int cpt;
     const char* want;
   };
-  for (const BadTile& t : {BadTile{16, 1, "channels_per_thread = 1 violates channels_per_thread >= 2"},
+  for (const BadTile& t : {BadTile{16, -1, "channels_per_thread = -1 violates channels_per_thread >= 1"},
                            BadTile{16, 5, "channels_per_thread = 5 violates channels_per_thread <= 4"},
-                           BadTile{17, 3, "channels_per_thread = 3 violates channels_per_thread == 0"}}) {
+                           BadTile{17, 3, "channels_per_thread = 3 violates channels_per_thread <= 1"}}) {
     scan::FwdParams<float> ft = dummy_fwd(&x, {1, 8, 4, t.ds}, Route::Checkpointed);
     ft.channels_per_thread = t.cpt;
     try {
@@ -1241,25 +1244,22 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
       EXPECT_EQ(g.lanes & (g.lanes - 1), 0) << ds << ": lanes a power of two";
       EXPECT_LE(g.lanes, 32) << ds << ": a channel within one warp";
       EXPECT_GE(int64_t(g.lanes) * g.states, ds) << ds << ": every state held";
-      // the compiled (lanes, states) configurations, the smallest that holds ds: the tile
-      // plan (4 lanes of 4 states, 2..4 channels a thread) up to d_state 16, then one
-      // channel a thread
+      // the compiled (lanes, states) configurations, the smallest that holds ds
       const int want_lanes = ds <= 16 ? 4 : (ds <= 64 ? 16 : 32);
       EXPECT_EQ(g.lanes, want_lanes) << ds;
       EXPECT_EQ(g.states, ds <= 128 ? 4 : 8) << ds;
-      if (ds <= 16) {
-        EXPECT_GE(g.channels_per_thread, 2) << ds;
-        EXPECT_LE(g.channels_per_thread, 4) << ds;
-      } else {
-        EXPECT_EQ(g.channels_per_thread, 1) << ds;
-      }
+      EXPECT_GE(g.channels_per_thread, 1) << ds;
+      EXPECT_LE(g.channels_per_thread, ds <= 16 ? 4 : 1) << ds;
       EXPECT_EQ(g.channels_per_block * g.lanes, g.threads * g.channels_per_thread) << ds;
       EXPECT_EQ(g.blocks, 3 * ((77 + g.channels_per_block - 1) / g.channels_per_block)) << ds;
       EXPECT_EQ(g.n_ckpt, (1000 + g.chunk - 1) / g.chunk) << ds;
-      // launchable on sm_90 (227 KiB per block); the tile plan runs one block of 4 warps
-      // per SM by design; two one-channel blocks per SM fit up to d_state 128
+      // launchable on sm_90 (227 KiB per block); three one-channel blocks per SM fit up
+      // to d_state 16 (Mamba's), two up to d_state 128
       EXPECT_LE(g.smem_bytes, size_t(227) << 10) << ds;
-      if (ds > 16 && ds <= 128) {
+      if (ds <= 16 && g.channels_per_thread == 1) {
+        EXPECT_LE(g.smem_bytes, size_t(75) << 10) << ds << ": three blocks per SM";
+      }
+      if (ds <= 128) {
         EXPECT_LE(g.smem_bytes, size_t(113) << 10) << ds << ": two blocks per SM";
       }
       EXPECT_EQ(scan::saved_floats(sh, Route::Checkpointed), size_t(3 * g.n_ckpt * 77 * ds)) << ds;
@@ -1270,14 +1270,14 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
 // SMs with the fewest issue slots on the busiest (host.cu), and a forced value wins; the
 // checkpoint stride, and so the saved layout, does not depend on it.
 TEST(ScanContract, TilePlanChannelsPerThread) {
-  auto cpt = [](int64_t B, int64_t di, int force = 0) {
-    return scan::geometry(scan::Shape{B, 2048, di, 16}, Route::Checkpointed, true, 0, force)
+  auto cpt = [](int64_t B, int64_t di, int64_t ds, int force = 0) {
+    return scan::geometry(scan::Shape{B, 2048, di, ds}, Route::Checkpointed, true, 0, force)
         .channels_per_thread;
   };
-  EXPECT_EQ(cpt(8, 1536), 3);  // 128 blocks of 96 channels: one round on 132 SMs
-  EXPECT_EQ(cpt(8, 2048), 4);  // 128 blocks of 128
-  EXPECT_EQ(cpt(8, 4096), 4);  // 256 blocks: two rounds (2 channels would need four)
-  EXPECT_EQ(cpt(1, 1536), 2);  // 24 blocks: the fewest channels a thread
+  // the plan's own choice: one channel a thread (the tile plan measured slower so far)
+  EXPECT_EQ(cpt(8, 1536, 16), 1);
+  EXPECT_EQ(cpt(8, 1536, 256), 1);
+  EXPECT_EQ(cpt(8, 1536, 256, 1), 1);  // forcing one channel is allowed at any d_state
   for (int f : {2, 3, 4}) {
     const scan::Geometry g =
         scan::geometry(scan::Shape{8, 2048, 1536, 16}, Route::Checkpointed, false, 0, f);
