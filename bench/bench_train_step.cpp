@@ -227,6 +227,7 @@ struct StepBench {
   int reps = 10;
   size_t scan_partial_budget = 0;  // --scan-partial-budget (0 = the scan's default)
   bool fused_dt = false;           // --dt-proj=cublas|fused
+  int scan_cpt = 0;                // --scan-cpt=N (0 = the scan's plan)
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -276,6 +277,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     opt.device = g.flags.device;
     opt.scan_partial_budget = g.scan_partial_budget;
     opt.fused_dt_softplus = g.fused_dt;
+    opt.scan_channels_per_thread = g.scan_cpt;
     size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
@@ -512,12 +514,15 @@ int main_impl(int argc, char** argv) {
               "                     fit = as many as fit in the scratch the workspace shares)\n"
               "  --dt-proj=cublas|fused\n"
               "                     bf16 tensor-core tier: the dt_proj GEMM on cuBLAS, then the\n"
-              "                     softplus kernels (default), or both as one kernel (opt-in)\n" +
+              "                     softplus kernels (default), or both as one kernel (opt-in)\n"
+              "  --scan-cpt=N       the checkpointed scan's channels per thread (0 = its plan's\n"
+              "                     choice, 1 = one channel a thread, 2..4 = the tile plan)\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
-                                                                  "scan-partial-budget", "dt-proj"});
+                                                                  "scan-partial-budget", "dt-proj",
+                                                                  "scan-cpt"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
@@ -533,6 +538,7 @@ int main_impl(int argc, char** argv) {
   }
 
   g.fused_dt = g.flags.get_string("dt-proj", "cublas", {"cublas", "fused"}) == "fused";
+  g.scan_cpt = int(g.flags.get_int("scan-cpt", 0, 0, 4));
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -590,6 +596,9 @@ int main_impl(int argc, char** argv) {
                                      "o_dn|dH_typed scratch it shares)")
                    : g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
                                            : std::string("0 (the scan's default, 1 GiB)"));
+  AddCustomContext("scan_channels_per_thread",
+                   g.scan_cpt ? std::to_string(g.scan_cpt) + " (forced)"
+                              : std::string("0 (the scan's plan, scan::geometry)"));
   AddCustomContext("dt_proj", g.fused_dt
                                   ? "fused (opt-in): on the tensor-core tier the dt_proj GEMM and "
                                     "its softplus run as one kernel (kernels/dt_softplus.cu), F4c "

@@ -90,6 +90,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.shape = scan_shape_;
   sp.route = route_;
   sp.exp = scan_exp_;
+  sp.channels_per_thread = scan_cpt_;
   sp.delta = {delta, di};
   sp.u = {U, di};
   sp.Bm = {a.xdbl + dr, xd};

@@ -111,6 +111,10 @@ struct RunOptions {
   // kScanPartialsFitScratch: the largest budget whose workspace fits in the backward scratch
   // it shares (o_dn and dH_typed, gpu/pipeline.hpp), so that the workspace adds no bytes.
   size_t scan_partial_budget = 0;
+  // The checkpointed scan's channels per thread (kernels/scan/scan.hpp: 0 = its plan's
+  // choice, 1 = one channel a thread, 2..4 = the d_state <= 16 tile plan), for tests and
+  // benchmarks that compare the plans.
+  int scan_channels_per_thread = 0;
   // bf16/f16 on the tensor-core tier: F4c's and B4's dt_proj GEMM with its softplus as one
   // kernel (kernels/dt_softplus.cuh), opt-in; dt_rank above kDtSoftplusMaxRank (256) keeps
   // the cuBLAS path. Default false: cuBLAS, then the softplus

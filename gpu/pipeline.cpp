@@ -29,13 +29,14 @@ size_t align_bytes(size_t n) { return (n + 255) / 256 * 256; }
 // The largest dB/dC partial budget whose scan backward workspace fits in `bytes`; the scan's
 // default (0) when the budget does not matter (cross-check routes) or when even one chunk per
 // segment does not fit (then the shared region grows to the workspace).
-size_t partial_budget_fitting(const kern::scan::Shape& s, ScanRoute r, size_t bytes) {
-  if (r != ScanRoute::Checkpointed || kern::scan::bwd_workspace_bytes(s, r, 1) > bytes) return 0;
+size_t partial_budget_fitting(const kern::scan::Shape& s, ScanRoute r, int cpt, size_t bytes) {
+  auto ws = [&](size_t budget) { return kern::scan::bwd_workspace_bytes(s, r, budget, cpt); };
+  if (r != ScanRoute::Checkpointed || ws(1) > bytes) return 0;
   size_t lo = 1, hi = kern::scan::kDefaultPartialBudget;  // ws(lo) fits; find the largest that does
-  if (kern::scan::bwd_workspace_bytes(s, r, hi) <= bytes) return hi;
+  if (ws(hi) <= bytes) return hi;
   while (hi - lo > 1) {
     const size_t mid = lo + (hi - lo) / 2;
-    (kern::scan::bwd_workspace_bytes(s, r, mid) <= bytes ? lo : hi) = mid;
+    (ws(mid) <= bytes ? lo : hi) = mid;
   }
   return lo;
 }
@@ -65,6 +66,7 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
       scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
       scan_partial_budget_(opt.scan_partial_budget),
+      scan_cpt_(opt.scan_channels_per_thread),
       gemm_(ctx.cublas(), opt.gemm, opt.typed_gemm, &ctx.phases()),
       fused_dt_(!std::is_same<T, float>::value && opt.typed_gemm == TypedGemm::TensorCore &&
                 opt.fused_dt_softplus && kern::dt_softplus_supported(lay.dims.dr)),
@@ -123,8 +125,9 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   const size_t b4_acc = fused_dt_ ? 0 : n_of(R * di) * sizeof(float);  // fused: no acc
   const size_t region_floor = std::max(shared_acts, b4_acc);  // what the workspace may fill
   if (opt.scan_partial_budget == kScanPartialsFitScratch)
-    scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, region_floor);
-  const size_t scan_ws = kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_);
+    scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, scan_cpt_, region_floor);
+  const size_t scan_ws =
+      kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_, scan_cpt_);
   const std::string region_name =
       std::string(typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace"
                         : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace") +

@@ -147,9 +147,22 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
 }
 
 namespace {
-// The plan's own choice of channels per thread at d_state <= 16. The one-channel plan (1)
-// until a tile plan is measured faster (docs/performance-notes.md, "2026-12-04").
-int auto_channels_per_thread(const scan::Shape&) { return 1; }
+// The plan's own choice of channels per thread at d_state <= 16 (measured on the H200 at
+// T 2048, d_state 16, B 8; docs/performance-notes.md, "2026-12-04"):
+// - forward: one channel a thread everywhere (the tile plan was slower at d_inner 1536 and
+//   2048 in f32, and won 8 % only at bf16 d_inner 4096);
+// - backward: the tile plan at 4 channels a thread once the one-channel plan's blocks
+//   (3 an SM) need more than one wave of kPlanSMs SMs: at d_inner 2048 it took 1197 /
+//   1246 us against 1660 / 1705 (f32 / bf16), at 4096 2372 / 2469 against 2639 / 2706; at
+//   d_inner 1536 (384 blocks, one wave) the one-channel plan stays faster (955 against 1151).
+// A pure function of the shape: kPlanSMs is the H100/H200 SXM's 132 whatever the device, so
+// the bits depend on the shape alone.
+constexpr int64_t kPlanSMs = 132;
+int auto_channels_per_thread(const scan::Shape& s, bool backward) {
+  if (!backward) return 1;
+  const int64_t one_channel_blocks = s.B * ((s.di + 31) / 32);  // 32 channels a block
+  return one_channel_blocks > kCkptBwdMinBlocks * kPlanSMs ? 4 : 1;
+}
 }  // namespace
 
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread) {
@@ -164,7 +177,8 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread)
            "the tile plan serves d_state <= 16 only");
   }
   const int cpt = s.ds <= kTileMaxDState
-                      ? (channels_per_thread ? channels_per_thread : auto_channels_per_thread(s))
+                      ? (channels_per_thread ? channels_per_thread
+                                             : auto_channels_per_thread(s, backward))
                       : 1;
   if (cpt > 1) {
     pl.dt = cpt;

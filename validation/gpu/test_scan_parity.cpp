@@ -1274,8 +1274,20 @@ TEST(ScanContract, TilePlanChannelsPerThread) {
     return scan::geometry(scan::Shape{B, 2048, di, ds}, Route::Checkpointed, true, 0, force)
         .channels_per_thread;
   };
-  // the plan's own choice: one channel a thread (the tile plan measured slower so far)
-  EXPECT_EQ(cpt(8, 1536, 16), 1);
+  // the plan's own choice (host.cu): the forward one channel a thread; the backward the
+  // tile plan at 4 once the one-channel blocks (32 channels, 3 an SM) need a second wave
+  // of 132 SMs
+  auto fwd_cpt = [](int64_t B, int64_t di) {
+    return scan::geometry(scan::Shape{B, 2048, di, 16}, Route::Checkpointed, false)
+        .channels_per_thread;
+  };
+  EXPECT_EQ(cpt(8, 1536, 16), 1);   // 384 blocks: one wave
+  EXPECT_EQ(cpt(8, 1600, 16), 4);   // 400 blocks
+  EXPECT_EQ(cpt(8, 2048, 16), 4);
+  EXPECT_EQ(cpt(8, 4096, 16), 4);
+  EXPECT_EQ(cpt(1, 4096, 16), 1);   // 128 blocks
+  EXPECT_EQ(cpt(8, 4096, 17), 1);   // the tile plan serves d_state <= 16 only
+  EXPECT_EQ(fwd_cpt(8, 4096), 1);
   EXPECT_EQ(cpt(8, 1536, 256), 1);
   EXPECT_EQ(cpt(8, 1536, 256, 1), 1);  // forcing one channel is allowed at any d_state
   for (int f : {2, 3, 4}) {

@@ -8,9 +8,10 @@
 // (d_state 16, and 128 which only the parallel kernel supports) and the
 // checkpointed scan (d_state 16 and 128); GEMM tiers (gpu/model.hpp): f32
 // strict, and bf16/f16 on both the tensor-core tier (the default) and the
-// strict tier, every scan route each; and bf16/f16 checkpointed ds16 on the
+// strict tier, every scan route each; bf16/f16 checkpointed ds16 on the
 // tensor-core tier with the opt-in fused dt_proj + softplus kernel
-// (RunOptions::fused_dt_softplus = true) instead of cuBLAS + softplus.
+// (RunOptions::fused_dt_softplus = true) instead of cuBLAS + softplus; and the
+// checkpointed scan's tile plan forced (f32 at 4, bf16 at 2 channels a thread).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,7 @@ struct Route {
   // tensor-core tier: dt_proj on cuBLAS then the softplus kernels (the default), or both
   // as one kernel (RunOptions::fused_dt_softplus, opt-in)
   bool fused_dt = false;
+  int scan_cpt = 0;  // checkpointed: forced channels per thread (RunOptions; 0 = the plan's)
 };
 
 inline gpu::GemmTier tier(const Route& r) {
@@ -47,7 +49,8 @@ inline gpu::GemmTier tier(const Route& r) {
 inline std::string route_name(const Route& r) {
   const bool fused = r.fused_dt && tier(r) == gpu::GemmTier::TensorCore;
   return std::string(to_string(r.dtype)) + "/" + to_string(r.scan) + "/ds" +
-         std::to_string(r.d_state) + "/" + to_string(tier(r)) + (fused ? "-dt-fused" : "");
+         std::to_string(r.d_state) + "/" + to_string(tier(r)) + (fused ? "-dt-fused" : "") +
+         (r.scan_cpt ? "-cpt" + std::to_string(r.scan_cpt) : "");
 }
 
 inline ModelConfig config(int d_state) {
@@ -82,6 +85,10 @@ inline std::vector<Route> routes() {
     // the default scan route with the opt-in fused dt_proj + softplus kernel
     r.push_back({t, ScanMode::Checkpointed, 16, gpu::TypedGemm::TensorCore, true});
   }
+  // the scan's tile plan (kernels/scan/tile_kernels.cuh), which the plan picks for the
+  // backward only at large channel counts, forced at 4 and 2 channels a thread
+  r.push_back({DType::F32, ScanMode::Checkpointed, 16, gpu::TypedGemm::TensorCore, false, 4});
+  r.push_back({DType::BF16, ScanMode::Checkpointed, 16, gpu::TypedGemm::TensorCore, false, 2});
   return r;
 }
 
@@ -96,6 +103,7 @@ inline gpu::RunOptions options(const Route& r, int device) {
   o.gemm = gpu::GemmMath::F32;
   o.typed_gemm = r.typed;
   o.fused_dt_softplus = r.fused_dt;
+  o.scan_channels_per_thread = r.scan_cpt;
   o.state_grads = true;
   o.device = device;
   return o;
