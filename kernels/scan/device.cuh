@@ -151,26 +151,40 @@ __device__ __forceinline__ float group_sum_c(float v) {
   return v;
 }
 
+// NV values of each lane summed over the lanes that differ from it in the mask bits
+// MHI, MHI/2, .., MLO (xor levels, highest first) as a reduce-scatter: at each level a
+// lane keeps the half of its values that its mask bit selects (the upper half when set)
+// and adds the partner's copy of that half (keep + received). After the levels a lane
+// holds NV >> levels sums in v[0 ..): those of the entries its mask bits select. A fixed
+// butterfly order, so the same inputs give the same bits on every run. (One level per
+// template instance, so every index is a compile-time constant and the array stays in
+// registers.)
+template <int NV, int H, int M, int MLO>
+__device__ __forceinline__ void reduce_scatter_level(float (&v)[NV], int lane) {
+  if constexpr (M >= MLO) {
+    const bool up = (lane & M) != 0;
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = up ? v[i] : v[H + i];
+      const float keep = up ? v[H + i] : v[i];
+      v[i] = keep + shfl_xor(send, M);
+    }
+    reduce_scatter_level<NV, H / 2, M / 2, MLO>(v, lane);
+  }
+}
+template <int NV, int MHI, int MLO>
+__device__ __forceinline__ void reduce_scatter_masks(float (&v)[NV], int lane) {
+  reduce_scatter_level<NV, NV / 2, MHI, MLO>(v, lane);
+}
+
 // Sum over the CW = 32/L channel groups of a warp (lane bits log2 L .. 4) as a
 // reduce-scatter: lane (wch = lane / L, j) enters with NV values and leaves with
 // R = NV / CW sums in v[0 .. R): the sums over the warp's CW channels of the entry
-// values wch·R .. wch·R + R - 1. xor levels from mask 16 down to L; at each level a
-// lane keeps the half of its values that its mask bit selects and adds the partner's
-// copy of that half (keep + received): a fixed butterfly order, so the same inputs
-// give the same bits on every run.
+// values wch·R .. wch·R + R - 1 (xor levels from mask 16 down to L).
 template <int L, int NV>
 __device__ __forceinline__ void reduce_scatter_channels(float (&v)[NV], int lane) {
   static_assert(NV * L >= 32, "a lane's values cover the warp's channel groups");
-#pragma unroll
-  for (int m = 16, h = NV / 2; m >= L; m >>= 1, h >>= 1) {
-    const bool up = (lane & m) != 0;
-#pragma unroll
-    for (int i = 0; i < h; ++i) {
-      const float send = up ? v[i] : v[h + i];
-      const float keep = up ? v[h + i] : v[i];
-      v[i] = keep + shfl_xor(send, m);
-    }
-  }
+  reduce_scatter_masks<NV, 16, L>(v, lane);
 }
 
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) -------------------------

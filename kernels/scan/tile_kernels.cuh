@@ -119,31 +119,6 @@ __host__ __device__ inline int tile_fwd_n_sc(bool z) { return z ? 4 : 3; }   // 
 __host__ __device__ inline int tile_bwd_n_act(bool z) { return z ? 4 : 3; }  // δ u dy [z]
 __host__ __device__ inline int tile_bwd_n_sc(bool z, bool sp) { return 3 + z + sp; }  // δ u dy [fz] [fd]
 
-// NV values of each lane summed over the lanes that differ from it in the mask bits
-// MHI, MHI/2, .., MLO (xor levels, highest first) as a reduce-scatter: at each level a
-// lane keeps the half of its values that its mask bit selects (upper half when set)
-// and adds the partner's copy of that half (keep + received). A fixed order: the same
-// inputs give the same bits on every run.
-// (One xor level per template instance, so every index is a compile-time constant and the
-// array stays in registers: a loop over the levels left it on the stack.)
-template <int NV, int H, int M, int MLO>
-__device__ __forceinline__ void reduce_scatter_level(float (&v)[NV], int lane) {
-  if constexpr (M >= MLO) {
-    const bool up = (lane & M) != 0;
-#pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const float send = up ? v[i] : v[H + i];
-      const float keep = up ? v[H + i] : v[i];
-      v[i] = keep + shfl_xor(send, M);
-    }
-    reduce_scatter_level<NV, H / 2, M / 2, MLO>(v, lane);
-  }
-}
-template <int NV, int MHI, int MLO>
-__device__ __forceinline__ void reduce_scatter_masks(float (&v)[NV], int lane) {
-  reduce_scatter_level<NV, NV / 2, MHI, MLO>(v, lane);
-}
-
 // N steps' per-channel partials v[slot·N + step] summed over the group's 4 lanes: this
 // lane's output slot (P2 = 4: slot j; P2 = 2: slot j / 2, the same on lanes j, j ^ 1) of
 // every step in v[0 .. N). The steps' shuffles are independent of each other, so a run of
@@ -243,6 +218,30 @@ __device__ __forceinline__ void f4_load(const float* p, float (&v)[4]) {
   v[1] = x.y;
   v[2] = x.z;
   v[3] = x.w;
+}
+
+// One step of the thread's DT x 4 recurrences, h = exp(δ·A)·h + (δu)·B (a = exp_coef(A)),
+// then its y partials of the step, yv[slot·N + kk] = Σ_s h·C over its 4 states ascending
+// (slots >= DT zero): the forward and the backward's recompute (for dz) share both, so the
+// recomputed states and y have the forward's bits.
+template <int DT, scan::ExpMath E>
+__device__ __forceinline__ void advance_states(float (&h)[DT][4], const float (&a)[DT][4],
+                                               const float (&dl)[DT], const float (&du)[DT],
+                                               const float (&bv)[4]) {
+#pragma unroll
+  for (int i = 0; i < DT; ++i)
+#pragma unroll
+    for (int s = 0; s < 4; ++s) h[i][s] = fmaf(expm<E>(dl[i] * a[i][s]), h[i][s], du[i] * bv[s]);
+}
+template <int DT, int P2, int N>
+__device__ __forceinline__ void y_partials(const float (&h)[DT][4], const float (&cv)[4],
+                                           float (&yv)[P2 * N], int kk) {
+#pragma unroll
+  for (int i = 0; i < P2; ++i) yv[i * N + kk] = 0.f;
+#pragma unroll
+  for (int i = 0; i < DT; ++i)
+#pragma unroll
+    for (int s = 0; s < 4; ++s) yv[i * N + kk] = fmaf(h[i][s], cv[s], yv[i * N + kk]);
 }
 
 // The warp's f32 copy of the staged B and C rows [2][KS][16] (raw: the B tile, then the
@@ -368,16 +367,8 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
         slot_vec<DT>(sc_du + k * kTileSlots + m.grp * 4, du);
         f4_load(bcw + k * 16 + m.n0, bv);
         f4_load(bcw + (KF + k) * 16 + m.n0, cv);
-#pragma unroll
-        for (int i = 0; i < P2; ++i) yv[i * FU + kk] = 0.f;
-#pragma unroll
-        for (int i = 0; i < DT; ++i)
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            const float dA = expm<E>(dl[i] * a[i][s]);
-            h[i][s] = fmaf(dA, h[i][s], du[i] * bv[s]);
-            yv[i * FU + kk] = fmaf(h[i][s], cv[s], yv[i * FU + kk]);
-          }
+        advance_states<DT, E>(h, a, dl, du, bv);
+        y_partials<DT, P2, FU>(h, cv, yv, kk);
       }
       group_slot_sums<P2, FU>(yv, m.lane);
 #pragma unroll
@@ -539,25 +530,18 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
           slot_vec<DT>(sc_delta + k * kTileSlots + m.grp * 4, dl);
           slot_vec<DT>(sc_u + k * kTileSlots + m.grp * 4, uu);
           f4_load(bcw + k * 16 + m.n0, bv);
+          float du[DT];
 #pragma unroll
           for (int i = 0; i < DT; ++i) {
-            const float du = dl[i] * uu[i];
+            du[i] = dl[i] * uu[i];  // the forward's δu (its transform's product)
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-              hk[r][i][s] = h[i][s];  // slot k: the state before step k
-              const float dA = expm<E>(dl[i] * a[i][s]);
-              h[i][s] = fmaf(dA, h[i][s], du * bv[s]);
-            }
+            for (int s = 0; s < 4; ++s) hk[r][i][s] = h[i][s];  // slot k: the state before step k
           }
+          advance_states<DT, E>(h, a, dl, du, bv);
           if (has_z) {  // block-uniform: y of the step, as the forward sums it
             float cv[4];
             f4_load(bcw + (K + k) * 16 + m.n0, cv);
-#pragma unroll
-            for (int i = 0; i < P2; ++i) yv[i * RG + r] = 0.f;
-#pragma unroll
-            for (int i = 0; i < DT; ++i)
-#pragma unroll
-              for (int s = 0; s < 4; ++s) yv[i * RG + r] = fmaf(h[i][s], cv[s], yv[i * RG + r]);
+            y_partials<DT, P2, RG>(h, cv, yv, r);
           }
         }
         if (has_z) {  // dz = dG·silu'(z)·y of the output slot, y = Σ_n h·C + D·u
