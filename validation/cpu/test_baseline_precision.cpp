@@ -15,23 +15,28 @@
 //     R = ‖P − O‖₂ / ‖σ̂‖₂,   σ̂_i² = (1/K) Σ_k (m_k,i − O_i)²,
 // where m_1..m_K (K = 16) are Monte Carlo arithmetic runs of the same oracle
 // code with the same Storage (mca_scalar.hpp: every operation perturbed by a
-// relative ±2^-24, every storage rounding by ±u_dtype, u_bf16 = 2^-8,
-// u_f16 = 2^-11) — samples of exactly the modelled rounding process on this
-// very problem. Asserted:
+// relative ±2^-24, every storage rounding of a value the dtype does not hold
+// exactly by ±u_dtype, u_bf16 = 2^-8, u_f16 = 2^-11, and a value it holds
+// stored unchanged, as round-to-nearest stores it: McaStore::RandomWhereInexact)
+// — samples of the modelled rounding process on this very problem. Asserted:
 //   upper  R <= 10 for every tensor (the bound of test_oracle_precision.cpp:
 //          R² is at worst F(1, 16)-distributed, P(R > 10) ≈ 3e-8 per tensor);
-//   lower  the median of R over the tensors of a run >= 0.1. A single tensor
-//          can have R near 0 by chance (one dominant element whose error
-//          happens to be small), the median of ~20 cannot; with inactive
-//          rounding points R is ~u_f32/u_dtype, i.e. 1e-4 (bf16) / 1e-3 (f16).
-// Known counterexample of the lower bound's premise (2026-12-03, not yet resolved):
-// RC_PARAMS="seed=11409417928398283467" fails the property after 39 cases, at B 1 T 37
-// dm 2 expand 1 ds 12 dc 2 L 2 mid 9, problem seed 13670521, bf16: median R 0.094, every
-// layer-0 gradient at R ~0.03. The same problem in f16 gives 0.85 and the neighbouring
-// problem seeds 0.42 and 0.62 in bf16, so no rounding point is inactive: at d_inner 2 a few
-// bf16 roundings dominate every tensor and happened to be small, and the tensors' R are not
-// independent. A fix belongs in the premise (the generator's domain, or the MCA storage
-// perturbation's distribution), not in the bound.
+//   lower  the median of R over the tensors of a run >= 0.1, for d_inner >=
+//          kLowerMinDInner. A single tensor can have R near 0 by chance (one
+//          dominant element whose error happens to be small), the median of ~20
+//          cannot while the tensors' errors come from many independent roundings;
+//          with inactive rounding points R is ~u_f32/u_dtype, i.e. 1e-4 (bf16) /
+//          1e-3 (f16).
+// Where the lower bound's premise fails: with 2–4 channels a few storage roundings
+// dominate every tensor, so the tensors' R are not independent and their median is one
+// draw of a few. Counterexamples: RC_PARAMS="seed=11409417928398283467" (B 1 T 37 dm 2
+// expand 1 ds 12 dc 2 L 2 mid 9, bf16: median R 0.094) and "seed=8328310328338023429"
+// (B 3 T 3 dm 3 expand 1 ds 20 dc 3 L 3 mid 19, f16: 0.096); the same problems in the
+// other dtype, or with a neighbouring problem seed, give 0.4–0.9. Measured with this
+// suite's functions (2026-12-04, 400 random shapes per d_inner and dtype): a median below
+// 0.1 in 35 of 800 at d_inner 2 (min 0.005), 2 of 800 at 3, 1 of 800 at 4, none of 1600
+// at 5 and 6; and none in 2888 shapes of the property's generator with d_inner >= 5 (min
+// 0.203). So the lower bound applies from d_inner 5; the upper bound to every shape.
 // Negative controls show both sides can fail: P without storage rounding
 // (the lower bound fails) and a noise model without storage rounding for a P
 // that rounds (the upper bound fails). Printed: R and the normwise error in
@@ -59,6 +64,7 @@ const bool kThreads = single_thread_unless_asked();
 constexpr int kMcaRuns = 16;
 constexpr double kUpper = 10;     // per tensor
 constexpr double kLowerMedian = 0.1;
+constexpr int64_t kLowerMinDInner = 5;  // the lower bound's domain (file comment)
 
 double unit_roundoff(DType t) {
   switch (t) {
@@ -112,6 +118,7 @@ Runs run_all(const check::Problem& p, DType p_storage, DType model_storage) {
   Runs r;
   r.O = run_oracle<double>(p);
   r.P = run_oracle<float>(p, Storage{p_storage});
+  const ref::ScopedMcaStore inexact(ref::McaStore::RandomWhereInexact);
   for (int k = 0; k < kMcaRuns; ++k) {
     check::seed_mca(p.seed, k);
     r.mca.push_back(run_oracle<ref::Mca>(p, Storage{model_storage}));
@@ -189,15 +196,17 @@ std::string table(const std::vector<TensorError>& v, DType dtype) {
                   t.noise, t.ratio(), (t.finite && t.ratio() <= kUpper) ? "" : "  FAIL");
     s += buf;
   }
-  std::snprintf(buf, sizeof buf, "  median R %.3f (>= %.2g), max R %.3f (<= %.3g)\n", median_ratio(v),
-                kLowerMedian, max_ratio(v), kUpper);
+  std::snprintf(buf, sizeof buf,
+                "  median R %.3f (>= %.2g where d_inner >= %lld), max R %.3f (<= %.3g)\n",
+                median_ratio(v), kLowerMedian, (long long)kLowerMinDInner, max_ratio(v), kUpper);
   return s + buf;
 }
 
-// The assertions of the file comment, as one verdict with the table.
+// The assertions of the file comment, as one verdict with the table (the lower bound
+// where d_inner >= kLowerMinDInner).
 ::testing::AssertionResult baseline_error_is_storage_rounding(const std::vector<TensorError>& v,
-                                                              DType dtype) {
-  bool ok = !v.empty() && median_ratio(v) >= kLowerMedian;
+                                                              DType dtype, int64_t d_inner) {
+  bool ok = !v.empty() && (d_inner < kLowerMinDInner || median_ratio(v) >= kLowerMedian);
   for (const TensorError& t : v) ok = ok && t.finite && t.ratio() <= kUpper;
   if (ok) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << to_string(dtype) << " baseline:\n" << table(v, dtype);
@@ -218,7 +227,9 @@ void check_builtins(DType dtype) {
   for (const ref::NamedConfig& c : ref::builtin_configs()) {
     if (is_large(c.name)) continue;
     const std::vector<TensorError> v = baseline_errors(c.cfg, c.B, c.T, 43, dtype);
-    EXPECT_TRUE(baseline_error_is_storage_rounding(v, dtype)) << c.name;
+    EXPECT_GE(c.cfg.d_model * c.cfg.expand, kLowerMinDInner) << c.name << ": the lower bound applies";
+    EXPECT_TRUE(baseline_error_is_storage_rounding(v, dtype, c.cfg.d_model * c.cfg.expand))
+        << c.name;
     std::cout << c.name << " (" << to_string(dtype) << "):\n" << table(v, dtype);
   }
 }
@@ -237,7 +248,7 @@ TEST(BaselinePrecision, InactiveRoundingPointsAreDetected) {
     std::cout << "P without storage rounding, noise model " << to_string(dtype) << ":\n"
               << table(v, dtype);
     EXPECT_LT(median_ratio(v), kLowerMedian) << table(v, dtype);
-    EXPECT_FALSE(baseline_error_is_storage_rounding(v, dtype));
+    EXPECT_FALSE(baseline_error_is_storage_rounding(v, dtype, c.cfg.d_model * c.cfg.expand));
   }
 }
 
@@ -250,7 +261,7 @@ TEST(BaselinePrecision, RoundingBeyondTheModelIsDetected) {
     const std::vector<TensorError> v = measure_all(p, run_all(p, dtype, DType::F32));
     std::cout << to_string(dtype) << " P, noise model without storage rounding:\n" << table(v, dtype);
     EXPECT_GT(max_ratio(v), kUpper) << table(v, dtype);
-    EXPECT_FALSE(baseline_error_is_storage_rounding(v, dtype));
+    EXPECT_FALSE(baseline_error_is_storage_rounding(v, dtype, c.cfg.d_model * c.cfg.expand));
   }
 }
 
@@ -259,7 +270,7 @@ RC_GTEST_PROP(BaselinePrecisionProperty, BaselineErrorIsStorageRounding, ()) {
   const DType dtype = *rc::gen::element(DType::BF16, DType::F16);
   const std::vector<TensorError> v = baseline_errors(s.config(), s.B, s.T, s.seed, dtype);
   RC_LOG() << s.str() << " " << to_string(dtype) << "\n" << table(v, dtype);
-  RC_ASSERT(bool(baseline_error_is_storage_rounding(v, dtype)));
+  RC_ASSERT(bool(baseline_error_is_storage_rounding(v, dtype, s.d_model * s.expand)));
 }
 
 }  // namespace
