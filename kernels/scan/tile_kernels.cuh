@@ -11,9 +11,14 @@
 // pays the per-(t, d) loads once per DT channels, sums dB/dC over its DT channels
 // in registers (then over 8 lane groups: 8 values a lane), and sums y (forward)
 // and dδ/du's S1, S2 (backward) over its 4 states in registers (then over the
-// group's 4 lanes: 2·4 values a lane). That roughly halves the instructions per
-// element; the warps it leaves (one per SM sub-partition at B 8, d_inner 1536)
-// have 12–16 independent recurrences each to hide latency with.
+// group's 4 lanes: 2·4 values a lane): fewer instructions per element, but 4·DT
+// times fewer warps than elements/4, and shared memory holds one block of 4 warps
+// per SM. Measured on the H200 (docs/performance-notes.md, "2026-12-04"): where
+// that leaves one warp per scheduler it issues at ~0.3 instructions a cycle
+// (latency it cannot hide) and loses to the one-channel plan (B 8, d_inner 1536);
+// where the one-channel plan needs more than one wave of blocks it wins the
+// backward (d_inner 2048: 1.37–1.39x, 4096: 1.10x), which is where the plan
+// (host.cu) uses it.
 //
 // Thread layout. A block is kTileWarps warps; lane l of warp w is group
 // grp = l / 4, lane j = l % 4 of its group. The group owns the DT consecutive
@@ -68,7 +73,7 @@ constexpr int kTileQ = 8;                                // backward steps per d
 // do (a shared-memory store inside an unrolled run of steps would order every later
 // load after it): fewer at 4 channels a thread, where the registers run out first.
 // (Measured with ptxas -v at 255 registers a thread: no spill for any instance.)
-__host__ __device__ constexpr int tile_qd(int dt, bool) { return dt >= 3 ? 2 : 4; }
+__host__ __device__ constexpr int tile_qd(int dt) { return dt >= 3 ? 2 : 4; }
 __host__ __device__ constexpr int tile_rg(int dt) { return dt >= 3 ? 2 : 4; }
 constexpr int kTileSlots = 32;                           // a warp's per-step scalar row
 static_assert(kTileChunk == 16, "the tile plan shares the 4-states plan's checkpoint stride");
@@ -394,7 +399,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
 template <class T, int DT, scan::ExpMath E>
 __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T> p, TileGeom g) {
   constexpr int CB = tile_cb(DT), WC = 8 * DT, P2 = tile_p2(DT), W = kTileWarps;
-  constexpr int K = kTileChunk, Q = kTileQ, QD = tile_qd(DT, E == scan::ExpMath::Accurate), RG = tile_rg(DT);
+  constexpr int K = kTileChunk, Q = kTileQ, QD = tile_qd(DT), RG = tile_rg(DT);
   static_assert(Q % QD == 0 && K % RG == 0, "register runs divide the batch and the chunk");
   extern __shared__ float smem[];
   const TileMap<DT> m = tile_map<DT>(g, p.di, p.ds);
