@@ -1,7 +1,8 @@
 // scan/ckpt_kernels.cuh — device code of the checkpointed selective scan
-// (route Checkpointed of scan.hpp): forward and backward kernels, templated on
-// the storage type T, the states per thread S, the exponential E and the
-// checkpoint stride K. Launchers in dispatch.cuh.
+// (route Checkpointed of scan.hpp), one channel a thread: forward and backward
+// kernels, templated on the storage type T, the states per thread S, the
+// exponential E and the checkpoint stride K. Launchers in dispatch.cuh; the
+// d_state <= 16 tile plan (several channels a thread) is tile_kernels.cuh.
 //
 // Thread layout (both directions). A block serves CB consecutive channels d of
 // one sample b; channel ch of the block is served by L consecutive lanes of one

@@ -20,7 +20,10 @@
 //                 recomputes each chunk's states from its checkpoint. dB/dC are
 //                 summed over the channels of a block on chip and over the
 //                 blocks by a fixed-order reduction; no per-(b,t,d,n) tensor
-//                 reaches device memory. Supports every fused epilogue.
+//                 reaches device memory. Supports every fused epilogue. Two plans
+//                 (geometry()): one channel a thread, and at d_state <= 16 the tile
+//                 plan (2..4 channels x 4 states a thread), which the backward takes
+//                 where the one-channel blocks would need a second wave of the SMs.
 //   Chunked       the seed parallel kernels: one block per (b, d), h_saved
 //                 [B, T+1, di, ds] written after every step. Cross-check route.
 //   Sequential    one thread per (b, d), d_state <= 64, h_saved written.
