@@ -261,7 +261,7 @@ __device__ __forceinline__ void copy_bc_rows(float* bcf, const T* raw, int lane)
 // grid B·nblk_d blocks of kTileThreads; dynamic smem tile_smem(DT, sizeof(T), .., false).
 template <class T, int DT, scan::ExpMath E>
 __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T> p, TileGeom g) {
-  constexpr int CB = tile_cb(DT), WC = 8 * DT, P2 = tile_p2(DT);
+  constexpr int CB = tile_cb(DT), P2 = tile_p2(DT);
   constexpr int K = kTileChunk, KF = kTileFwdStage;
   // steps per unrolled body (ptxas: no spill at 255 registers with these)
   constexpr int FU = DT == 4 && E == scan::ExpMath::Accurate ? 2 : 4;
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
 // grid B·nblk_d blocks of kTileThreads; dynamic smem tile_smem(DT, sizeof(T), .., true).
 template <class T, int DT, scan::ExpMath E>
 __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T> p, TileGeom g) {
-  constexpr int CB = tile_cb(DT), WC = 8 * DT, P2 = tile_p2(DT), W = kTileWarps;
+  constexpr int CB = tile_cb(DT), P2 = tile_p2(DT), W = kTileWarps;
   constexpr int K = kTileChunk, Q = kTileQ, QD = tile_qd(DT), RG = tile_rg(DT);
   static_assert(Q % QD == 0 && K % RG == 0, "register runs divide the batch and the chunk");
   extern __shared__ float smem[];
