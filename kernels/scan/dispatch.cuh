@@ -41,6 +41,27 @@ bool async_rows(const T* p, int64_t ld, int64_t cols) {
                           (size_t(ld) * sizeof(T)) % 16 == 0 && (size_t(cols) * sizeof(T)) % 16 == 0);
 }
 
+// Which staged rows of a launch may be copied in 16-byte cp.async units: the B and C rows,
+// and the per-channel activation rows of a block of `cb` channels (both plans).
+template <class T>
+bool async_bc(const CkptFwdArgs<T>& a) {
+  return async_rows(a.Bm, a.ld_B, a.ds) && async_rows(a.Cm, a.ld_C, a.ds);
+}
+template <class T>
+bool async_bc(const CkptBwdArgs<T>& a) {
+  return async_rows(a.Bm, a.ld_B, a.ds) && async_rows(a.Cm, a.ld_C, a.ds);
+}
+template <class T>
+bool async_act(const CkptFwdArgs<T>& a, int64_t cb) {
+  return async_rows(a.delta, a.ld_delta, cb) && async_rows(a.u, a.ld_u, cb) &&
+         async_rows(a.z, a.ld_z, cb);
+}
+template <class T>
+bool async_act(const CkptBwdArgs<T>& a, int64_t cb) {
+  return async_rows(a.delta, a.ld_delta, cb) && async_rows(a.u, a.ld_u, cb) &&
+         async_rows(a.z, a.ld_z, cb) && async_rows(a.dy, a.ld_dy, cb);
+}
+
 // Largest dynamic shared memory of a block on sm_90 (the attribute only permits).
 constexpr size_t kCkptSmemCap = 232448;
 
@@ -82,9 +103,8 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   const CkptFwdArgs<T> a = ckpt_fwd_args(p);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
-  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
-  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
-                async_rows(a.z, a.ld_z, pl.cb);
+  g.async_bc = async_bc(a);
+  g.async_act = async_act(a, pl.cb);
   const bool has_z = a.z != nullptr;
   const int stage_steps = ckpt_fwd_stage(L * S, K, sizeof(T)) * K;
   const size_t smem = ckpt_smem(g, stage_steps, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z),
@@ -107,8 +127,7 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
 }
 
 // The tile plan (d_state <= 16): DT channels x 4 states a thread.
-template <class T>
-TileGeom tile_geom(const CkptPlan& pl, const scan::Shape& s) {
+inline TileGeom tile_geom(const CkptPlan& pl, const scan::Shape& s) {
   TileGeom g;
   g.nblk_d = pl.nblk_d;
   g.n_ckpt = pl.n_ckpt;
@@ -120,10 +139,9 @@ template <class T, int DT>
 void tile_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   const CkptFwdArgs<T> a = ckpt_fwd_args(p);
-  TileGeom g = tile_geom<T>(pl, s);
-  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
-  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
-                async_rows(a.z, a.ld_z, pl.cb);
+  TileGeom g = tile_geom(pl, s);
+  g.async_bc = async_bc(a);
+  g.async_act = async_act(a, pl.cb);
   const bool has_z = a.z != nullptr;
   const size_t smem =
       tile_smem(DT, sizeof(T), tile_fwd_n_act(has_z), tile_fwd_n_sc(has_z), false).total;
@@ -243,9 +261,8 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
-  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
-  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
-                async_rows(a.z, a.ld_z, pl.cb) && async_rows(a.dy, a.ld_dy, pl.cb);
+  g.async_bc = async_bc(a);
+  g.async_act = async_act(a, pl.cb);
   const size_t smem = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(a.z != nullptr),
                                 bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr),
                                 bwd_n_out(a.z != nullptr), true)
@@ -268,10 +285,9 @@ void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   const scan::Shape& s = p.shape;
   const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
-  TileGeom g = tile_geom<T>(pl, s);
-  g.async_bc = async_rows(a.Bm, a.ld_B, s.ds) && async_rows(a.Cm, a.ld_C, s.ds);
-  g.async_act = async_rows(a.delta, a.ld_delta, pl.cb) && async_rows(a.u, a.ld_u, pl.cb) &&
-                async_rows(a.z, a.ld_z, pl.cb) && async_rows(a.dy, a.ld_dy, pl.cb);
+  TileGeom g = tile_geom(pl, s);
+  g.async_bc = async_bc(a);
+  g.async_act = async_act(a, pl.cb);
   const bool has_z = a.z != nullptr, has_sp = a.delta_bias != nullptr;
   const size_t smem =
       tile_smem(DT, sizeof(T), tile_bwd_n_act(has_z), tile_bwd_n_sc(has_z, has_sp), true).total;

@@ -160,7 +160,8 @@ namespace {
 constexpr int64_t kPlanSMs = 132;
 int auto_channels_per_thread(const scan::Shape& s, bool backward) {
   if (!backward) return 1;
-  const int64_t one_channel_blocks = s.B * ((s.di + 31) / 32);  // 32 channels a block
+  constexpr int64_t cb = kCkptMaxThreads / 4;  // the one-channel plan's block: 4 lanes a channel
+  const int64_t one_channel_blocks = s.B * ((s.di + cb - 1) / cb);
   return one_channel_blocks > kCkptBwdMinBlocks * kPlanSMs ? 4 : 1;
 }
 }  // namespace

@@ -217,13 +217,6 @@ __device__ __forceinline__ void slot_vec(const float* p, float (&v)[DT]) {
     if constexpr (DT == 4) v[3] = x.w;
   }
 }
-__device__ __forceinline__ void f4_load(const float* p, float (&v)[4]) {
-  const float4 x = *reinterpret_cast<const float4*>(p);
-  v[0] = x.x;
-  v[1] = x.y;
-  v[2] = x.z;
-  v[3] = x.w;
-}
 
 // One step of the thread's DT x 4 recurrences, h = exp(δ·A)·h + (δu)·B (a = exp_coef(A)),
 // then its y partials of the step, yv[slot·N + kk] = Σ_s h·C over its 4 states ascending
@@ -370,8 +363,8 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
         float dl[DT], du[DT], bv[4], cv[4];
         slot_vec<DT>(sc_delta + k * kTileSlots + m.grp * 4, dl);
         slot_vec<DT>(sc_du + k * kTileSlots + m.grp * 4, du);
-        f4_load(bcw + k * 16 + m.n0, bv);
-        f4_load(bcw + (KF + k) * 16 + m.n0, cv);
+        smem_vec<4>(bcw + k * 16 + m.n0, bv);
+        smem_vec<4>(bcw + (KF + k) * 16 + m.n0, cv);
         advance_states<DT, E>(h, a, dl, du, bv);
         y_partials<DT, P2, FU>(h, cv, yv, kk);
       }
@@ -534,7 +527,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
           float dl[DT], uu[DT], bv[4];
           slot_vec<DT>(sc_delta + k * kTileSlots + m.grp * 4, dl);
           slot_vec<DT>(sc_u + k * kTileSlots + m.grp * 4, uu);
-          f4_load(bcw + k * 16 + m.n0, bv);
+          smem_vec<4>(bcw + k * 16 + m.n0, bv);
           float du[DT];
 #pragma unroll
           for (int i = 0; i < DT; ++i) {
@@ -545,7 +538,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
           advance_states<DT, E>(h, a, dl, du, bv);
           if (has_z) {  // block-uniform: y of the step, as the forward sums it
             float cv[4];
-            f4_load(bcw + (K + k) * 16 + m.n0, cv);
+            smem_vec<4>(bcw + (K + k) * 16 + m.n0, cv);
             y_partials<DT, P2, RG>(h, cv, yv, r);
           }
         }
@@ -595,8 +588,8 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
           slot_vec<DT>(sc_delta + k * kTileSlots + m.grp * 4, dl);
           slot_vec<DT>(sc_u + k * kTileSlots + m.grp * 4, uu);
           slot_vec<DT>(sc_dy + k * kTileSlots + m.grp * 4, dyv);
-          f4_load(bcw + k * 16 + m.n0, bv);
-          f4_load(bcw + (K + k) * 16 + m.n0, cv);
+          smem_vec<4>(bcw + k * 16 + m.n0, bv);
+          smem_vec<4>(bcw + (K + k) * 16 + m.n0, cv);
 #pragma unroll
           for (int e = 0; e < 8; ++e) v[e * QD + kk] = 0.f;
 #pragma unroll

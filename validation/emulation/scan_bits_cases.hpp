@@ -105,8 +105,9 @@ inline std::vector<Case> cases() {
   for (const Shape& s : f32_shapes) add(DType::F32, s);
   for (DType dt : {DType::BF16, DType::F16})
     for (const Shape& s : typed_shapes) add(dt, s);
-  // the d_state <= 16 tile plan at each forced channels per thread (the shapes above take
-  // the plan's choice, 2 at these sizes), with several channel blocks, the last partial
+  // the d_state <= 16 tile plan at each forced channels per thread (the shapes above are
+  // small enough that the plan's own choice is one channel a thread), with several channel
+  // blocks, the last partial
   struct Tile {
     DType dt;
     int64_t B, T, di, ds;
@@ -116,7 +117,8 @@ inline std::vector<Case> cases() {
   for (const Tile& t : {Tile{DType::F32, 2, 37, 300, 16, 4, false},
                         Tile{DType::F32, 1, 41, 200, 13, 3, true},
                         Tile{DType::BF16, 2, 33, 130, 16, 3, false},
-                        Tile{DType::F16, 1, 17, 19, 16, 4, true}}) {
+                        Tile{DType::F16, 1, 17, 19, 16, 4, true},
+                        Tile{DType::F32, 2, 29, 150, 16, 2, true}}) {
     Case c;
     c.dtype = t.dt;
     c.B = t.B;

@@ -532,8 +532,8 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   expect_same_backward(label + " (rerun without dh0)", false);
 
   // Checkpointed: the backward in segments of 1 and of 2 chunks (partial budgets of that
-  // many chunks' dB/dC partials) carries dh, dA, the dA_log and dD sums from launch to
-  // launch: bitwise the same outputs as one launch.
+  // many chunks' dB/dC partials) carries the walk's state and the dA_log and dD sums from
+  // launch to launch: bitwise the same outputs as one launch.
   if (run.route == Route::Checkpointed) {
     const scan::Geometry g1 = scan::geometry(sh, run.route, true, 0, run.cpt);
     const size_t chunk_bytes =
