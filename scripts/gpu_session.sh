@@ -33,6 +33,9 @@
 #             (one channel a thread) and 2, 3, 4 (the tile plan) -> bench_scan_tiles.json
 #   ncutrain  Nsight Compute on the first bf16 training step at d_model 768, T 2048, one
 #             layer (every kernel's duration, DRAM and SM throughput) -> ncu_train.csv
+#   abscan    A/B of two kernel libraries in one lease: bench_scan $AB_ARGS with the build's
+#             libmc_kernels.so, then with $AB_LIB swapped in, twice (new, old, new, old)
+#             -> bench_scan_ab_{new,old}_{1,2}.json; the build's library is restored after
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
@@ -112,6 +115,19 @@ for p in "${phases[@]}"; do
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
         --log-file "$out/ncu_train.csv" "$build/bench/bench_train_step" --reps=1 \
         --benchmark_filter='dm:768/L:1/B:8/T:2048/bf16' --benchmark_min_time=0.001 ;;
+    abscan)
+      lib="$build/kernels/libmc_kernels.so"
+      if [ -z "${AB_LIB:-}" ] || [ ! -f "${AB_LIB:-}" ]; then
+        echo "=== abscan: AB_LIB (the library to compare against) is not a file"; status=1; continue
+      fi
+      cp "$lib" "$out/libmc_kernels.new.so"
+      for i in 1 2; do
+        cp "$out/libmc_kernels.new.so" "$lib"
+        run_phase "bench_scan_ab_new_$i" "$build/bench/bench_scan" --json="$out/bench_scan_ab_new_$i.json" ${AB_ARGS:-}
+        cp "$AB_LIB" "$lib"
+        run_phase "bench_scan_ab_old_$i" "$build/bench/bench_scan" --json="$out/bench_scan_ab_old_$i.json" ${AB_ARGS:-}
+      done
+      cp "$out/libmc_kernels.new.so" "$lib" && rm -f "$out/libmc_kernels.new.so" ;;
     info)
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;
