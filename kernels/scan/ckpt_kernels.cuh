@@ -55,8 +55,6 @@
 // instruction, and the pad puts them on distinct banks.
 #pragma once
 
-#include <type_traits>
-
 #include "kernels/scan/device.cuh"
 
 namespace mc::kern::scan_detail {
@@ -161,23 +159,9 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 // forward only, at L = 4 (fwd_defers_y):
 //   ysum  [NT][kYSumRow] f32            per thread, the y partials of 8 steps: the
 //                                       group's four lanes add them after the stage
-// both directions, 2-byte storage at DP <= 16 (bc_f32):
-//   bcf   [W][2][K][DP] f32             forward: each warp's own f32 copy of the stage's
-//                                       B and C rows; backward: one copy [2][K][DP] for
-//                                       the block (three blocks an SM still fit with the
-//                                       fused epilogues)
 struct CkptSmem {
-  size_t raw, bc, sc, out, hs, wsum, ysum, bcf, total;  // byte offsets; total = size
+  size_t raw, bc, sc, out, hs, wsum, ysum, total;  // byte offsets; total = size
 };
-// With 2-byte storage at DP <= 16 (the d_state <= 16 plan) the B and C rows are converted
-// to f32 once per chunk and the steps read f32 rows: the per-step unpacking of the typed
-// rows (8 instructions a step in the forward, 12 in the backward) goes. The values are the
-// same (the conversion is exact). Forward: each warp converts the stage into its own copy,
-// ordered by a __syncwarp. Backward: the block converts chunk c-1's rows after chunk c's
-// last batch barrier, and chunk c-1's first barrier publishes them (no extra barrier; a
-// copy per warp would cost the third block an SM with the fused gate). Larger DP would
-// cost too much shared memory.
-__host__ __device__ constexpr bool bc_f32(size_t elem, int dp) { return elem == 2 && dp <= 16; }
 // Forward: at L = 4 lanes per channel the y of a stage's steps are summed over the
 // lanes after the stage, through shared memory (8 steps per round, each lane adds
 // 2 of them), instead of one xor butterfly per step on every lane: the same
@@ -202,12 +186,9 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
   m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
-  m.bcf = m.ysum + (!backward && fwd_defers_y(g.lanes)
-                        ? smem_region(size_t(32) * g.warps * kYSumRow, 4)
-                        : 0);
-  m.total = m.bcf + (bc_f32(elem, g.ds_pad)
-                         ? size_t(backward ? 1 : g.warps) * smem_region(size_t(2) * K * g.ds_pad, 4)
-                         : 0);
+  m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
+                          ? smem_region(size_t(32) * g.warps * kYSumRow, 4)
+                          : 0);
   return m;
 }
 // The tensors each direction stages and the scalars it keeps (the z / softplus
@@ -359,40 +340,6 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
   for (; r < nk; r += rstep, d += dstep) store_rn(d, src[r * CB + c]);
 }
 
-// One warp's f32 copy of a chunk's B and C rows (the two typed [K][DP] tiles at Bsrc and
-// Csrc) into dst [2][K][DP], 4 elements a lane per pass; the caller's __syncwarp
-// publishes it to the warp (bc_f32).
-template <class T, int K, int DP>
-__device__ __forceinline__ void warp_bc_to_f32(const T* Bsrc, const T* Csrc, float* dst,
-                                               int lane) {
-  constexpr int N = K * DP;
-  static_assert(N % 128 == 0, "whole passes of 32 lanes x 4 elements");
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const T* src = i == 0 ? Bsrc : Csrc;
-#pragma unroll
-    for (int q = 0; q < N / 128; ++q) {
-      const int e = q * 128 + lane * 4;
-      float v[4];
-      smem_vec<4>(src + e, v);
-      reinterpret_cast<float4*>(dst + i * N + e)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    }
-  }
-}
-
-// The block's f32 copy of a chunk's B and C rows (as warp_bc_to_f32), 4 elements a
-// thread per pass; published by the caller's next __syncthreads.
-template <class T, int K, int DP>
-__device__ __forceinline__ void block_bc_to_f32(const T* Bsrc, const T* Csrc, float* dst) {
-  constexpr int N = K * DP;
-  static_assert(N % 4 == 0, "4-element units");
-  for (int e = 4 * int(threadIdx.x); e < 2 * N; e += 4 * int(blockDim.x)) {
-    float v[4];
-    smem_vec<4>(e < N ? Bsrc + e : Csrc + (e - N), v);
-    reinterpret_cast<float4*>(dst + e)[0] = make_float4(v[0], v[1], v[2], v[3]);
-  }
-}
-
 // ---- forward --------------------------------------------------------------------------
 // grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(KF, .., backward = false)
 // with KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage.
@@ -402,8 +349,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   constexpr int FS = ckpt_fwd_stage(DP, K, sizeof(T)), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   constexpr bool DY = fwd_defers_y(L);
-  constexpr bool BF = bc_f32(sizeof(T), DP);  // the steps read f32 copies of the B/C rows
-  using BCE = std::conditional_t<BF, float, T>;
   static_assert(!DY || KF % kYSumSteps == 0, "y rounds: 2 steps per lane of 4");
   extern __shared__ float smem[];
   const LaneMap m = lane_map(g, p.di, p.ds, S);
@@ -489,18 +434,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       sc_skip[es] = __fmul_rn(Dd, uv);
       if (has_z) sc_gate[es] = act_silu(smem_f32(raw(bf, 2)[e]));
     }
-    const BCE* Bt;
-    const BCE* Ct;
-    if constexpr (BF) {
-      float* mine = reinterpret_cast<float*>(base + lay.bcf) + size_t(m.warp) * 2 * KF * DP;
-      warp_bc_to_f32<T, KF, DP>(bct(bf, 0), bct(bf, 1), mine, m.lane);
-      Bt = mine + m.n0;
-      Ct = mine + KF * DP + m.n0;
-    } else {
-      Bt = bct(bf, 0) + m.n0;
-      Ct = bct(bf, 1) + m.n0;
-    }
     __syncwarp();
+    const T* Bt = bct(bf, 0) + m.n0;
+    const T* Ct = bct(bf, 1) + m.n0;
     // The stage's y stay in registers until its last step: a shared-memory store inside
     // the step loop would order every later step's loads after it (the compiler cannot
     // tell the regions apart), serialising the steps; without it they overlap.
@@ -592,8 +528,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
   constexpr bool DS = S == 4 && L == 4 && QD == 4;
-  constexpr bool BF = bc_f32(sizeof(T), DP);  // the steps read f32 copies of the B/C rows
-  using BCE = std::conditional_t<BF, float, T>;
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
@@ -700,15 +634,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     cp_async_commit();
   };
   stage(p.c_hi - 1, int((p.c_hi - 1) & 1), true, true);
-  // bc_f32: the block's f32 copy of the chunk's B/C rows (the first chunk's here, chunk
-  // c-1's after chunk c's last batch barrier); the chunk's first barrier publishes it
-  float* bcf = BF ? reinterpret_cast<float*>(base + lay.bcf) : nullptr;
-  if constexpr (BF) {
-    const int bf0 = int((p.c_hi - 1) & 1);
-    cp_async_wait_all();
-    __syncthreads();
-    block_bc_to_f32<T, K, DP>(bct(bf0, 0), bct(bf0, 1), bcf);
-  }
 
   for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
     const int bf = int(c & 1);
@@ -740,15 +665,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       sc_dy[es] = dyv;
     }
     __syncwarp();
-    const BCE* Bt;
-    const BCE* Ct;
-    if constexpr (BF) {
-      Bt = bcf + m.n0;
-      Ct = bcf + K * DP + m.n0;
-    } else {
-      Bt = bct(SB ? 0 : bf, 0) + m.n0;
-      Ct = bct(SB ? 0 : bf, 1) + m.n0;
-    }
+    const T* Bt = bct(SB ? 0 : bf, 0) + m.n0;
+    const T* Ct = bct(SB ? 0 : bf, 1) + m.n0;
 
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
     // states and y stay in registers and are stored after the group's last step: a
@@ -895,14 +813,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
           out_t(1)[k * CB + m.ch] = fmaf(sc_delta[e], S1, __fmul_rn(Dd, sc_dy[e]));
         }
       }
-      // bc_f32: chunk c-1's rows, staged at this chunk's start, have landed (this thread's
-      // copies; the barrier below makes every thread's visible)
-      if (BF && qb == 0 && c > p.c_lo) cp_async_wait_all();
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
       if (SB && qb == 0 && c > p.c_lo) stage(c - 1, 0, false, true);
-      // bc_f32: nor its f32 copy, which now takes chunk c-1's rows
-      if (BF && qb == 0 && c > p.c_lo) block_bc_to_f32<T, K, DP>(bct(bf ^ 1, 0), bct(bf ^ 1, 1), bcf);
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
         const float* wbuf = wsum + size_t(wb) * W * NO;
