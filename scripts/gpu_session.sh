@@ -39,12 +39,15 @@
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
-# phase, non-alphanumerics as _), CTEST_ARGS, SCAN_ARGS, TRAIN_ARGS, PEER_DIR.
+# phase, non-alphanumerics as _), CTEST_ARGS, SCAN_ARGS, TRAIN_ARGS, PEER_DIR. The *_ARGS
+# are split on white space and passed as arguments, never through a shell: a regex such
+# as CTEST_ARGS="-R ScanParity|ScanEmulationBits" reaches ctest whole.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"; out="$2"; shift 2
 phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(info tests sanitize validate bench)
 mkdir -p "$out/logs"
+out="$(cd "$out" && pwd)"  # absolute: the suites write their JSON from their own folders
 export PATH="$PATH:/usr/local/cuda/bin"
 tmo="${PHASE_TIMEOUT:-900}"
 status=0
@@ -134,14 +137,15 @@ for p in "${phases[@]}"; do
     tests)
       run_phase ctest-gpu env MAMBACHECK_PRECISION_JSON="$out/validation-precision.json" \
         MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
-        bash -c "cd '$build' && ctest -L gpu --output-on-failure --output-junit '$out/logs/ctest-gpu.xml' ${CTEST_ARGS:-}" ;;
+        ctest --test-dir "$build" -L gpu --output-on-failure --output-junit "$out/logs/ctest-gpu.xml" ${CTEST_ARGS:-} ;;
     multigpu)
       ngpu=$(nvidia-smi -L | grep -c '^GPU')
       run_phase resources "$root/scripts/ctest_gpu_resources.sh" "$build"
       run_phase ctest-spread env MAMBACHECK_GPU_SPREAD=1 \
         MAMBACHECK_PRECISION_JSON="$out/validation-precision.json" \
         MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
-        bash -c "cd '$build' && ctest -L gpu --resource-spec-file ctest_gpu_resources.json -j $ngpu --output-on-failure ${CTEST_ARGS:-}"
+        ctest --test-dir "$build" -L gpu --resource-spec-file "$build/ctest_gpu_resources.json" -j "$ngpu" \
+        --output-on-failure ${CTEST_ARGS:-}
       run_phase crossgpu env MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
         "$build/validation/test_determinism" --gtest_filter='CrossGpu.*' ;;
     sweep)
