@@ -145,11 +145,13 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0); one
 //                                       buffer in the backward where ckpt_single_bc
 //   sc  [n_sc][K][SL] f32               the transformed per-(t, d) scalars
-//   out [n_ob][n_out][K][CB] f32        the per-(t, d) outputs of a chunk (y; dδ, du, dz),
+//   out [n_ob][n_out][K][OL] f32        the per-(t, d) outputs of a chunk (y; dδ, du, dz),
 //                                       written to device memory by the whole block, one
 //                                       coalesced pass per chunk; n_ob = 2 buffers in the
 //                                       forward (stored after the next chunk's barrier), 1
-//                                       in the backward (stored after its last batch barrier)
+//                                       in the backward (stored after its last batch barrier);
+//                                       rows OL = CB floats apart in the backward,
+//                                       fwd_out_ld_c(CB) in the forward
 // backward only, after those:
 //   hs    [K+1][NT·S] f32               the chunk's states, per thread: slot 0 the
 //                                       checkpoint, slot k+1 the state after step k (each
@@ -169,6 +171,19 @@ struct CkptSmem {
 __host__ __device__ constexpr bool fwd_defers_y(int lanes) { return lanes == 4; }
 constexpr int kYSumSteps = 8;             // steps per round
 constexpr int kYSumRow = kYSumSteps + 4;  // floats per thread row: 16-byte stores on distinct banks
+// The rounds' shared-memory accesses on distinct banks (the forward is bound by shared-memory
+// throughput: Nsight Compute put its L1 at 82 % with 14 % of the wavefronts excess, f32,
+// B 8, d_inner 1536, T 2048; performance-notes.md, "2026-12-04, evening"):
+// - the y rows are fwd_out_ld_c(CB) = CB + 4 floats apart, so the two y stores of a
+//   round's lanes, which write steps 2j and 2j+1 of 4 lanes j into one column, fall on
+//   4 banks 8 apart instead of one (a 4-way conflict at rows of CB = 32);
+// - lane j of the groups whose index has bit 1 set reads the four partial rows of its
+//   group in the order 2, 3, 0, 1 (ysum_row_swap), so that the two groups of a half-warp
+//   that share banks (rows 48 floats apart, 16 banks) read 24 banks apart. The sum
+//   ((p0 + p1) + (p2 + p3)) is then formed as ((p2 + p3) + (p0 + p1)): + commutes, the
+//   same bits.
+__host__ __device__ constexpr int fwd_out_ld_c(int cb) { return cb + 4; }
+__device__ __forceinline__ int ysum_row_swap(int tid) { return (tid & 8) ? 2 : 0; }
 __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
   return size_t(32) * g.warps * S;
 }
@@ -183,7 +198,8 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   const size_t bc_tiles = ckpt_single_bc(S, elem, backward) ? 2 : 4;
   m.sc = m.bc + bc_tiles * smem_region(size_t(K) * g.ds_pad, elem);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
-  m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) * smem_region(size_t(K) * g.cb, 4);
+  m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) *
+                     smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb)), 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
   m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
@@ -324,11 +340,11 @@ __device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds
   }
 }
 
-// The chunk's per-(t, d) outputs [K][CB] (f32 in shared memory) to the device rows
-// t0 .. t0+nk-1 of the block's valid channels, RN to T: one coalesced block pass.
-// CB divides the block size: each thread keeps one column and walks the rows with a
-// pointer step (no 64-bit multiply per element).
-template <class T, int CB>
+// The chunk's per-(t, d) outputs [K][CB] (f32 in shared memory, rows SLD >= CB floats
+// apart) to the device rows t0 .. t0+nk-1 of the block's valid channels, RN to T: one
+// coalesced block pass. CB divides the block size: each thread keeps one column and
+// walks the rows with a pointer step (no 64-bit multiply per element).
+template <class T, int CB, int SLD = CB>
 __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src, int nk,
                                             int cols_valid) {
   constexpr int rstep = kCkptMaxThreads / CB;
@@ -337,7 +353,7 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
   int r = int(threadIdx.x) / CB;
   T* d = dst + int64_t(r) * ld + c;
   const int64_t dstep = int64_t(rstep) * ld;
-  for (; r < nk; r += rstep, d += dstep) store_rn(d, src[r * CB + c]);
+  for (; r < nk; r += rstep, d += dstep) store_rn(d, src[r * SLD + c]);
 }
 
 // ---- forward --------------------------------------------------------------------------
@@ -360,7 +376,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   const size_t act_bytes = smem_region(size_t(KF) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(KF) * DP, sizeof(T));
   const size_t sc_bytes = smem_region(size_t(KF) * SL, 4);
-  const size_t out_bytes = smem_region(size_t(KF) * CB, 4);
+  constexpr int OL = fwd_out_ld_c(CB);  // y rows in shared memory
+  const size_t out_bytes = smem_region(size_t(KF) * OL, 4);
   // raw tile `i` of buffer `bf`; B (i = 0) / C (i = 1) tile of buffer `bf`; scalar array `i`
   auto raw = [&](int bf, int i) {
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * fwd_n_act(has_z) + i) * act_bytes);
@@ -421,7 +438,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     __syncthreads();  // stage c's tiles are in buffer bf; every thread is done with stage c-1
     if (c + 1 < n_stage) stage(c + 1, bf ^ 1);  // copies overlap this stage's math
     if (c > 0)  // stage c-1's y, one coalesced pass
-      store_chunk<T, CB>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), KF,
+      store_chunk<T, CB, OL>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), KF,
                          m.cols_valid);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < KF; k += L) {
@@ -471,9 +488,12 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     if constexpr (DY) {
       // Rounds of 8 steps: every lane stores its 8 partials to its row, then lane j of
       // the group adds the four lanes' partials of steps 2j, 2j+1 as (p0+p1)+(p2+p3),
-      // the butterfly's order (group_sum_c<4>), so y has the same bits.
+      // the butterfly's order (group_sum_c<4>), so y has the same bits. pl[l] is row
+      // l ^ sw of the group (ysum_row_swap: (pl0+pl1)+(pl2+pl3) is then
+      // (p2+p3)+(p0+p1), the same bits).
       float* my_row = ysum + size_t(threadIdx.x) * kYSumRow;
       const float* grp_row = ysum + size_t(threadIdx.x & ~3u) * kYSumRow + 2 * m.j;
+      const int sw = ysum_row_swap(int(threadIdx.x));
 #pragma unroll
       for (int r = 0; r < KF / kYSumSteps; ++r) {
 #pragma unroll
@@ -484,7 +504,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
         __syncwarp();
         float2 pl[4];
 #pragma unroll
-        for (int l = 0; l < 4; ++l) pl[l] = *reinterpret_cast<const float2*>(grp_row + l * kYSumRow);
+        for (int l = 0; l < 4; ++l)
+          pl[l] = *reinterpret_cast<const float2*>(grp_row + (l ^ sw) * kYSumRow);
         const int k = r * kYSumSteps + 2 * m.j;
         float y0 = ((pl[0].x + pl[1].x) + (pl[2].x + pl[3].x)) + sc_skip[k * SL + m.ch];
         float y1 = ((pl[0].y + pl[1].y) + (pl[2].y + pl[3].y)) + sc_skip[(k + 1) * SL + m.ch];
@@ -492,19 +513,19 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
           y0 *= sc_gate[k * SL + m.ch];
           y1 *= sc_gate[(k + 1) * SL + m.ch];
         }
-        out_y(bf)[k * CB + m.ch] = y0;
-        out_y(bf)[(k + 1) * CB + m.ch] = y1;
+        out_y(bf)[k * OL + m.ch] = y0;
+        out_y(bf)[(k + 1) * OL + m.ch] = y1;
         __syncwarp();  // the group has read the row before the next round overwrites it
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < KF; ++k) out_y(bf)[k * CB + m.ch] = ys[k];
+      for (int k = 0; k < KF; ++k) out_y(bf)[k * OL + m.ch] = ys[k];
     }
   }
   __syncthreads();  // the last stage's y
   {
     const int64_t c = n_stage - 1;
-    store_chunk<T, CB>(p.y + (row0 + c * KF) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
+    store_chunk<T, CB, OL>(p.y + (row0 + c * KF) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
                        int(p.T - c * KF), m.cols_valid);
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
