@@ -151,7 +151,7 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //                                       forward (stored after the next chunk's barrier), 1
 //                                       in the backward (stored after its last batch barrier);
 //                                       rows OL = CB floats apart in the backward,
-//                                       fwd_out_ld_c(CB) in the forward
+//                                       fwd_out_ld_c(CB, L) in the forward
 // backward only, after those:
 //   hs    [K+1][NT·S] f32               the chunk's states, per thread: slot 0 the
 //                                       checkpoint, slot k+1 the state after step k (each
@@ -174,15 +174,18 @@ constexpr int kYSumRow = kYSumSteps + 4;  // floats per thread row: 16-byte stor
 // The rounds' shared-memory accesses on distinct banks (the forward is bound by shared-memory
 // throughput: Nsight Compute put its L1 at 82 % with 14 % of the wavefronts excess, f32,
 // B 8, d_inner 1536, T 2048; performance-notes.md, "2026-12-04, evening"):
-// - the y rows are fwd_out_ld_c(CB) = CB + 4 floats apart, so the two y stores of a
-//   round's lanes, which write steps 2j and 2j+1 of 4 lanes j into one column, fall on
-//   4 banks 8 apart instead of one (a 4-way conflict at rows of CB = 32);
+// - the y rows are fwd_out_ld_c = CB + 4 floats apart, so the two y stores of a round's
+//   lanes, which write steps 2j and 2j+1 of 4 lanes j into one column, fall on 4 banks
+//   8 apart instead of one (a 4-way conflict at rows of CB = 32). Without the rounds
+//   (wider lane groups) every lane of a group stores the same address: rows of CB;
 // - lane j of the groups whose index has bit 1 set reads the four partial rows of its
 //   group in the order 2, 3, 0, 1 (ysum_row_swap), so that the two groups of a half-warp
 //   that share banks (rows 48 floats apart, 16 banks) read 24 banks apart. The sum
 //   ((p0 + p1) + (p2 + p3)) is then formed as ((p2 + p3) + (p0 + p1)): + commutes, the
 //   same bits.
-__host__ __device__ constexpr int fwd_out_ld_c(int cb) { return cb + 4; }
+__host__ __device__ constexpr int fwd_out_ld_c(int cb, int lanes) {
+  return fwd_defers_y(lanes) ? cb + 4 : cb;
+}
 __device__ __forceinline__ int ysum_row_swap(int tid) { return (tid & 8) ? 2 : 0; }
 __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
   return size_t(32) * g.warps * S;
@@ -199,7 +202,7 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.sc = m.bc + bc_tiles * smem_region(size_t(K) * g.ds_pad, elem);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) *
-                     smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb)), 4);
+                     smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb, g.lanes)), 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
   m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
@@ -376,7 +379,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   const size_t act_bytes = smem_region(size_t(KF) * RL, sizeof(T));
   const size_t bc_bytes = smem_region(size_t(KF) * DP, sizeof(T));
   const size_t sc_bytes = smem_region(size_t(KF) * SL, 4);
-  constexpr int OL = fwd_out_ld_c(CB);  // y rows in shared memory
+  constexpr int OL = fwd_out_ld_c(CB, L);  // y rows in shared memory
   const size_t out_bytes = smem_region(size_t(KF) * OL, 4);
   // raw tile `i` of buffer `bf`; B (i = 0) / C (i = 1) tile of buffer `bf`; scalar array `i`
   auto raw = [&](int bf, int i) {
