@@ -35,7 +35,9 @@
 #             layer (every kernel's duration, DRAM and SM throughput) -> ncu_train.csv
 #   abscan    A/B of two kernel libraries in one lease: bench_scan $AB_ARGS with the build's
 #             libmc_kernels.so, then with $AB_LIB swapped in, twice (new, old, new, old)
-#             -> bench_scan_ab_{new,old}_{1,2}.json; the build's library is restored after
+#             -> bench_scan_ab_{new,old}_{1,2}.json; with AB_NCU=1 also Nsight Compute on
+#             the first AB_NCU_LAUNCHES (default 2) scan launches of each -> logs/ncu_ab_*.txt;
+#             the build's library is restored after
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
@@ -123,14 +125,26 @@ for p in "${phases[@]}"; do
       if [ -z "${AB_LIB:-}" ] || [ ! -f "${AB_LIB:-}" ]; then
         echo "=== abscan: AB_LIB (the library to compare against) is not a file"; status=1; continue
       fi
-      cp "$lib" "$out/libmc_kernels.new.so"
+      keep="$build/kernels/libmc_kernels.ab_new.so"  # beside the build, not in the results
+      cp "$lib" "$keep"
       for i in 1 2; do
-        cp "$out/libmc_kernels.new.so" "$lib"
+        cp "$keep" "$lib"
         run_phase "bench_scan_ab_new_$i" "$build/bench/bench_scan" --json="$out/bench_scan_ab_new_$i.json" ${AB_ARGS:-}
         cp "$AB_LIB" "$lib"
         run_phase "bench_scan_ab_old_$i" "$build/bench/bench_scan" --json="$out/bench_scan_ab_old_$i.json" ${AB_ARGS:-}
       done
-      cp "$out/libmc_kernels.new.so" "$lib" && rm -f "$out/libmc_kernels.new.so" ;;
+      if [ -n "${AB_NCU:-}" ]; then  # the first launches of each library (narrow them with
+                                     # --benchmark_filter in AB_ARGS)
+        for side in new old; do
+          if [ "$side" = new ]; then cp "$keep" "$lib"; else cp "$AB_LIB" "$lib"; fi
+          run_phase "ncu_ab_$side" ncu --clock-control none --kernel-name regex:'(ckpt|tile)_' \
+            --launch-skip 0 --launch-count "${AB_NCU_LAUNCHES:-2}" --section SpeedOfLight \
+            --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+            --section InstructionStats --section SourceCounters "$build/bench/bench_scan" \
+            --benchmark_min_time=0.001 ${AB_ARGS:-}
+        done
+      fi
+      cp "$keep" "$lib" && rm -f "$keep" ;;
     info)
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;
