@@ -441,8 +441,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     __syncthreads();  // stage c's tiles are in buffer bf; every thread is done with stage c-1
     if (c + 1 < n_stage) stage(c + 1, bf ^ 1);  // copies overlap this stage's math
     if (c > 0)  // stage c-1's y, one coalesced pass
-      store_chunk<T, CB, OL>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1), KF,
-                         m.cols_valid);
+      store_chunk<T, CB, OL>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1),
+                             KF, m.cols_valid);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < KF; k += L) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   {
     const int64_t c = n_stage - 1;
     store_chunk<T, CB, OL>(p.y + (row0 + c * KF) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
-                       int(p.T - c * KF), m.cols_valid);
+                           int(p.T - c * KF), m.cols_valid);
   }
   if (p.h_final && m.dvalid && m.nvalid > 0)
     store_states<S>(p.h_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
