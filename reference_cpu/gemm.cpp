@@ -110,11 +110,27 @@ void gemm_pack(const GemmOperand<S>& op, int64_t i0, int64_t mc, int64_t p0, int
 template <class S>
 using MicroTileFn = void (*)(int64_t, const S*, const S*, S*, int64_t, int, int);
 
+// What ordered_gemm_tiles does with one output tile, per thread: begin() once, then
+// micro() for every micro-panel pair of every p-panel (ascending), then finish().
+// PlainTile: the micro tile alone (every exact path, and the per-operation Mca tiles).
+template <class S>
+struct PlainTile {
+  MicroTileFn<S> fn;
+  void begin(int64_t, int64_t) {}
+  void micro(int64_t kc, const S* ap, const S* bp, S* c, int64_t ldc, int64_t /*ir*/,
+             int64_t /*jr*/, int mr, int nr) {
+    fn(kc, ap, bp, c, ldc, mr, nr);
+  }
+  void finish(S*, int64_t, int64_t, int64_t) {}
+};
+
 // Parallel over independent output tiles; each tile is seeded by its thread.
-template <class S, int MR, int NR>
+// make_tile() is called once per thread, inside the parallel region (a tile kernel
+// may hold per-thread scratch).
+template <class S, int MR, int NR, class MakeTile>
 void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
                         const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc,
-                        MicroTileFn<S> micro) {
+                        MakeTile make_tile) {
   constexpr int64_t KC = 256;  // p-panel: MC x KC of A (512 KB double) stays in L2
   // Output tiles MC x NC; halved (bits unaffected) until there are enough
   // tiles to keep every thread busy on thin shapes.
@@ -129,24 +145,125 @@ void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A
   {
     std::vector<S> Ap(size_t(((MC + MR - 1) / MR) * MR * KC));
     std::vector<S> Bp(size_t(((NC + NR - 1) / NR) * NR * KC));
+    auto tile_kernel = make_tile(MC, NC);
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < ni * nj; ++tile) {
       const int64_t i0 = (tile / nj) * MC, j0 = (tile % nj) * NC;
       const int64_t mc = std::min(MC, I - i0), nc = std::min(NC, J - j0);
       for (int64_t i = i0; i < i0 + mc; ++i)
         for (int64_t j = j0; j < j0 + nc; ++j) C[i * ldc + j] = seed ? seed[j] : S(0);
+      tile_kernel.begin(mc, nc);
       for (int64_t p0 = 0; p0 < P; p0 += KC) {  // ascending p-panels: the order of the sum
         const int64_t kc = std::min(KC, P - p0);
         gemm_pack<S, MR>(A, i0, mc, p0, kc, Ap.data());
         gemm_pack<S, NR>(B, j0, nc, p0, kc, Bp.data());
         for (int64_t jr = 0; jr < nc; jr += NR)
           for (int64_t ir = 0; ir < mc; ir += MR)
-            micro(kc, Ap.data() + (ir / MR) * kc * MR, Bp.data() + (jr / NR) * kc * NR,
-                  C + (i0 + ir) * ldc + j0 + jr, ldc, int(std::min<int64_t>(MR, mc - ir)),
-                  int(std::min<int64_t>(NR, nc - jr)));
+            tile_kernel.micro(kc, Ap.data() + (ir / MR) * kc * MR, Bp.data() + (jr / NR) * kc * NR,
+                              C + (i0 + ir) * ldc + j0 + jr, ldc, ir, jr,
+                              int(std::min<int64_t>(MR, mc - ir)),
+                              int(std::min<int64_t>(NR, nc - jr)));
+      }
+      tile_kernel.finish(C + i0 * ldc + j0, ldc, mc, nc);
+    }
+  }
+}
+
+template <class S, int MR, int NR>
+void ordered_gemm_tiles(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
+                        const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc,
+                        MicroTileFn<S> micro) {
+  ordered_gemm_tiles<S, MR, NR>(I, J, P, A, B, seed, C, ldc,
+                                [micro](int64_t, int64_t) { return PlainTile<S>{micro}; });
+}
+
+// ---- The Monte Carlo GEMM by its moments (McaGemm::Moments, mca_scalar.hpp) ----
+//
+// c[i][j] (loaded from c, the seed or the previous p-panels' sum) += Σ_p a[p][i]·b[p][j],
+// and v[i][j] += Σ_p ((a[p][i]·b[p][j])² + s²) with s the running sum after the term:
+// the per-operation draws' variance over (u²/3). ap: [kc][MR], bp: [kc][NR] packed
+// micro-panels of the Mca values (one double each); v: the tile's variance scratch.
+template <int MR, int NR>
+inline void moments_micro_tile(int64_t kc, const double* __restrict ap,
+                               const double* __restrict bp, double* __restrict c, int64_t ldc,
+                               double* __restrict v, int64_t ldv, int mr, int nr) {
+  double acc[MR][NR], var[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      const bool in = i < mr && j < nr;
+      acc[i][j] = in ? c[i * ldc + j] : 0.0;
+      var[i][j] = in ? v[i * ldv + j] : 0.0;
+    }
+  for (int64_t p = 0; p < kc; ++p) {
+    const double* a = ap + p * MR;
+    const double* b = bp + p * NR;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 16
+      for (int j = 0; j < NR; ++j) {
+        const double prod = a[i] * b[j];
+        acc[i][j] += prod;
+        var[i][j] += prod * prod + acc[i][j] * acc[i][j];
       }
     }
   }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      c[i * ldc + j] = acc[i][j];
+      v[i * ldv + j] = var[i][j];
+    }
+}
+
+using MomentsMicroFn = void (*)(int64_t, const double*, const double*, double*, int64_t, double*,
+                                int64_t, int, int);
+
+void moments_micro_baseline(int64_t kc, const double* ap, const double* bp, double* c,
+                            int64_t ldc, double* v, int64_t ldv, int mr, int nr) {
+  moments_micro_tile<4, 4>(kc, ap, bp, c, ldc, v, ldv, mr, nr);
+}
+
+// The per-thread tile kernel: the variance scratch of one output tile, and after the
+// tile's last p-panel one Gaussian draw per output from this thread's stream (row by
+// row, the two draws of a Box–Muller pair to consecutive outputs), scaled by
+// u·sqrt(v/3).
+struct MomentsTile {
+  MomentsMicroFn fn;
+  int64_t ldv;
+  std::vector<double> var;  // [MC][NC]
+  void begin(int64_t mc, int64_t nc) {
+    for (int64_t i = 0; i < mc; ++i) std::fill_n(var.data() + i * ldv, nc, 0.0);
+  }
+  void micro(int64_t kc, const Mca* ap, const Mca* bp, Mca* c, int64_t ldc, int64_t ir,
+             int64_t jr, int mr, int nr) {
+    static_assert(sizeof(Mca) == sizeof(double), "Mca is one double");
+    fn(kc, reinterpret_cast<const double*>(ap), reinterpret_cast<const double*>(bp),
+       reinterpret_cast<double*>(c), ldc, var.data() + ir * ldv + jr, ldv, mr, nr);
+  }
+  void finish(Mca* c, int64_t ldc, int64_t mc, int64_t nc) {
+    const double scale = Mca::unit() / std::sqrt(3.0);
+    uint64_t st = Mca::state();
+    double g[2];
+    int left = 0;  // draws of the current pair not yet used
+    for (int64_t i = 0; i < mc; ++i)
+      for (int64_t j = 0; j < nc; ++j) {
+        if (left == 0) {
+          Mca::gaussian_pair_from(st, g[0], g[1]);
+          left = 2;
+        }
+        const double sd = scale * std::sqrt(var[size_t(i * ldv + j)]);
+        c[i * ldc + j] = Mca::raw(c[i * ldc + j].v + sd * g[2 - left--]);
+      }
+    Mca::state() = st;
+  }
+};
+
+template <int MR, int NR>
+void ordered_gemm_mca_moments(int64_t I, int64_t J, int64_t P, const GemmOperand<Mca>& A,
+                              const GemmOperand<Mca>& B, const Mca* seed, Mca* C, int64_t ldc,
+                              MomentsMicroFn fn) {
+  ordered_gemm_tiles<Mca, MR, NR>(I, J, P, A, B, seed, C, ldc, [fn](int64_t MC, int64_t NC) {
+    return MomentsTile{fn, NC, std::vector<double>(size_t(MC * NC))};
+  });
 }
 
 // The same micro tile compiled for AVX2 (twice the vector width, so a 4x8
@@ -165,6 +282,64 @@ __attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const float* ap
                                                      int mr, int nr) {
   gemm_micro_tile<float, 4, 16>(kc, ap, bp, c, ldc, mr, nr);
 }
+
+// The moments tile (no bitwise contract: its values are a draw) with fused
+// multiply-adds: 4 x 8 on AVX2 (two ymm a row), 4 x 16 on AVX-512 (two zmm a row).
+// The valid mr x nr part goes through an aligned staging copy; the packed panels
+// are padded to the full tile, so every lane computes (the padding's lanes are
+// discarded).
+#define MC_MOMENTS_TILE_BODY(VEC, W, LOADU, STORE, LOAD, SET1, MUL, ADD, FMA)              \
+  constexpr int MR = 4, NR = 2 * W;                                                       \
+  alignas(64) double cs[MR][NR], vs[MR][NR];                                              \
+  for (int i = 0; i < MR; ++i)                                                            \
+    for (int j = 0; j < NR; ++j) {                                                        \
+      const bool in = i < mr && j < nr;                                                   \
+      cs[i][j] = in ? c[i * ldc + j] : 0.0;                                               \
+      vs[i][j] = in ? v[i * ldv + j] : 0.0;                                               \
+    }                                                                                     \
+  VEC acc[MR][2], var[MR][2];                                                             \
+  _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i)                                    \
+    for (int h = 0; h < 2; ++h) {                                                         \
+      acc[i][h] = LOAD(&cs[i][h * W]);                                                    \
+      var[i][h] = LOAD(&vs[i][h * W]);                                                    \
+    }                                                                                     \
+  for (int64_t p = 0; p < kc; ++p) {                                                      \
+    const VEC b0 = LOADU(bp + p * NR), b1 = LOADU(bp + p * NR + W);                       \
+    _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i) {                                \
+      const VEC a = SET1(ap[p * MR + i]);                                                 \
+      const VEC q0 = MUL(a, b0), q1 = MUL(a, b1);                                         \
+      acc[i][0] = ADD(acc[i][0], q0);                                                     \
+      acc[i][1] = ADD(acc[i][1], q1);                                                     \
+      var[i][0] = FMA(acc[i][0], acc[i][0], FMA(q0, q0, var[i][0]));                      \
+      var[i][1] = FMA(acc[i][1], acc[i][1], FMA(q1, q1, var[i][1]));                      \
+    }                                                                                     \
+  }                                                                                       \
+  _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i)                                    \
+    for (int h = 0; h < 2; ++h) {                                                         \
+      STORE(&cs[i][h * W], acc[i][h]);                                                    \
+      STORE(&vs[i][h * W], var[i][h]);                                                    \
+    }                                                                                     \
+  for (int i = 0; i < mr; ++i)                                                            \
+    for (int j = 0; j < nr; ++j) {                                                        \
+      c[i * ldc + j] = cs[i][j];                                                          \
+      v[i * ldv + j] = vs[i][j];                                                          \
+    }
+
+__attribute__((target("avx2,fma"))) void moments_micro_avx2(int64_t kc, const double* ap,
+                                                            const double* bp, double* c,
+                                                            int64_t ldc, double* v, int64_t ldv,
+                                                            int mr, int nr) {
+  MC_MOMENTS_TILE_BODY(__m256d, 4, _mm256_loadu_pd, _mm256_store_pd, _mm256_load_pd,
+                       _mm256_set1_pd, _mm256_mul_pd, _mm256_add_pd, _mm256_fmadd_pd)
+}
+__attribute__((target("avx512f,fma"))) void moments_micro_avx512(int64_t kc, const double* ap,
+                                                                 const double* bp, double* c,
+                                                                 int64_t ldc, double* v,
+                                                                 int64_t ldv, int mr, int nr) {
+  MC_MOMENTS_TILE_BODY(__m512d, 8, _mm512_loadu_pd, _mm512_store_pd, _mm512_load_pd,
+                       _mm512_set1_pd, _mm512_mul_pd, _mm512_add_pd, _mm512_fmadd_pd)
+}
+#undef MC_MOMENTS_TILE_BODY
 #endif
 
 #ifdef MC_ORACLE_GEMM_AVX2
@@ -248,7 +423,53 @@ bool cpu_has_avx2() {
 #endif
 }
 
+#ifdef MC_ORACLE_GEMM_AVX2
+bool cpu_has_avx512_fma() {
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("fma") != 0;
+  }();
+  return v;
+}
+bool cpu_has_avx2_fma() {
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
+  }();
+  return v;
+}
+#endif
+
+// ordered_gemm<Mca> in McaGemm::Moments: Baseline the 4 x 4 tile of the baseline ISA,
+// Avx2 the 4 x 8 AVX2+FMA one, Auto the widest the CPU has (4 x 16 with AVX-512F).
+void ordered_gemm_mca_by_moments(int64_t I, int64_t J, int64_t P, const GemmOperand<Mca>& A,
+                                 const GemmOperand<Mca>& B, const Mca* seed, Mca* C,
+                                 int64_t ldc, GemmPath path) {
+#ifdef MC_ORACLE_GEMM_AVX2
+  if (path == GemmPath::Auto && cpu_has_avx512_fma())
+    return ordered_gemm_mca_moments<4, 16>(I, J, P, A, B, seed, C, ldc, moments_micro_avx512);
+  if (path != GemmPath::Baseline && cpu_has_avx2_fma())
+    return ordered_gemm_mca_moments<4, 8>(I, J, P, A, B, seed, C, ldc, moments_micro_avx2);
+#endif
+  if (path == GemmPath::Avx2)
+    throw std::runtime_error(
+        "ordered_gemm: the AVX2 path of the Monte Carlo moments tile needs AVX2 and FMA, which "
+        "this CPU lacks");
+  ordered_gemm_mca_moments<4, 4>(I, J, P, A, B, seed, C, ldc, moments_micro_baseline);
+}
+
 }  // namespace
+
+McaGemm& mca_gemm_mode() {
+  static McaGemm m = [] {
+    const char* e = std::getenv("MC_ORACLE_MCA_GEMM");
+    if (!e || !*e || std::string(e) == "per-operation") return McaGemm::PerOperation;
+    if (std::string(e) == "moments") return McaGemm::Moments;
+    throw std::runtime_error(std::string("MC_ORACLE_MCA_GEMM='") + e +
+                             "': expected 'per-operation' or 'moments'");
+  }();
+  return m;
+}
 
 bool gemm_avx2_available() { return cpu_has_avx2(); }
 
@@ -273,6 +494,13 @@ const char* to_string(GemmPath p) {
 template <class S>
 void ordered_gemm(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
                   const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc, GemmPath path) {
+  if constexpr (std::is_same_v<S, Mca>) {
+    if (mca_gemm_mode() == McaGemm::Moments && P >= kMcaMomentsMinTerms) {
+      if (path == GemmPath::Auto && gemm_auto_path() == GemmPath::Baseline)
+        path = GemmPath::Baseline;  // MC_ORACLE_GEMM=baseline
+      return ordered_gemm_mca_by_moments(I, J, P, A, B, seed, C, ldc, path);
+    }
+  }
   const bool automatic = path == GemmPath::Auto;
   if (path == GemmPath::Auto) path = gemm_auto_path();
   if (path == GemmPath::Avx2) {

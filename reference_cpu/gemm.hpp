@@ -23,6 +23,10 @@
 // tile that computes its draws 8 at a time with AVX-512F/DQ where the CPU has it
 // (else the scalar register one; MC_ORACLE_GEMM=baseline: the generic tile).
 // Test: OracleGemm.McaFastTileIsTheGenericTile (bitwise, every shape, both fast tiles).
+// With ref::McaGemm::Moments (mca_scalar.hpp) and P >= kMcaMomentsMinTerms the Mca
+// GEMM is instead computed in double with its per-operation variance and drawn once
+// per output (tiles 4 x 4, AVX2+FMA 4 x 8, AVX-512 4 x 16; MC_ORACLE_GEMM=baseline
+// forces the first). Test: OracleGemm.McaMomentsHaveThePerOperationLaw.
 #pragma once
 
 #include <cstdint>

@@ -76,6 +76,15 @@ struct Mca {
   }
   // Uniform in [−half, half] from this thread's stream.
   static double uniform(double half) { return uniform_from(state(), half); }
+  // Two independent standard normal draws from the stream `s` (Box–Muller: two
+  // uniform draws, r1 in (0, 1] and r2 in [0, 1)).
+  static void gaussian_pair_from(uint64_t& s, double& g0, double& g1) {
+    const double r1 = 0.5 - uniform_from(s, 0.5);
+    const double r2 = 0.5 + uniform_from(s, 0.5);
+    const double radius = std::sqrt(-2 * std::log(r1)), angle = 6.283185307179586 * r2;
+    g0 = radius * std::cos(angle);
+    g1 = radius * std::sin(angle);
+  }
   // x·(1 + δ), δ uniform in [−eu, eu].
   static double perturb(double x, double eu) { return x * (1 + uniform(eu)); }
   static Mca rounded(double x) { return raw(perturb(x, unit())); }
@@ -127,6 +136,36 @@ class ScopedMcaStore {
 
  private:
   McaStore old_;
+};
+
+// How ordered_gemm<Mca> (gemm.hpp) perturbs a GEMM. PerOperation (the default):
+// every product and every addition of each dot product gets its own ±u draw, as
+// every other operation does. Moments: each output c = seed + Σ_p a_p·b_p is
+// computed in double and given ONE Gaussian perturbation with the variance that the
+// per-operation draws give it to first order in u,
+//     Var = (u²/3)·(Σ_p (a_p·b_p)² + Σ_p s_p²),   s_p = seed + Σ_{q<=p} a_q·b_q
+// (a uniform draw in ±u has variance u²/3; the product's draw scales a_p·b_p, the
+// addition's the partial sum s_p it rounds, and later draws only rescale these by
+// 1 + O(u)). The outputs stay independent of one another, as their operations are.
+// Same law to first order in u (mean and covariance; with P >= kMcaMomentsMinTerms
+// terms the sum of 2P independent uniforms is Gaussian in shape too, and below that
+// the per-operation tile runs in either mode), at about the cost of a double GEMM
+// instead of two random draws per multiply-add: the mode of the model-shape suites,
+// where the draws dominated a Monte Carlo run (docs/precision-statistics.md).
+// Test: OracleGemm.McaMomentsHaveThePerOperationLaw. Process-wide, like McaStore;
+// MC_ORACLE_MCA_GEMM=moments in the environment makes Moments the process default.
+enum class McaGemm { PerOperation, Moments };
+constexpr int64_t kMcaMomentsMinTerms = 64;
+McaGemm& mca_gemm_mode();  // reference_cpu/gemm.cpp
+class ScopedMcaGemm {
+ public:
+  explicit ScopedMcaGemm(McaGemm m) : old_(mca_gemm_mode()) { mca_gemm_mode() = m; }
+  ~ScopedMcaGemm() { mca_gemm_mode() = old_; }
+  ScopedMcaGemm(const ScopedMcaGemm&) = delete;
+  ScopedMcaGemm& operator=(const ScopedMcaGemm&) = delete;
+
+ private:
+  McaGemm old_;
 };
 
 // Storage::q on an MCA value (mca_store_mode() says how).

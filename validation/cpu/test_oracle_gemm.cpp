@@ -13,8 +13,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -213,6 +215,138 @@ TEST_F(OracleGemm, McaFastTileIsTheGenericTile) {
       }
   }
   EXPECT_EQ(checked, int(sizeof(kShapes) / sizeof(kShapes[0])) * 4);
+}
+
+// McaGemm::Moments (reference_cpu/mca_scalar.hpp) draws each GEMM output once, from
+// a Gaussian with the variance the per-operation model gives it to first order,
+// (u²/3)·(Σ_p (a_p b_p)² + Σ_p s_p²). Both modes are held to that law, output by
+// output: with e = M − c the error of a run against the exact double sum and σ the
+// analytic standard deviation, the n = I·J·R standardised errors z = e/σ of R runs
+// have mean(z) ~ N(0, 1/n) and mean(z²) = 1 ± sqrt(2/n) (z close to Gaussian in both
+// modes: a sum of 2P >= 128 uniform draws). Limits at 6 standard deviations. Two data
+// sets: mixed signs (the products' term dominates) and positive values from a seed
+// of 1 (the partial sums' term dominates); P past the p-panel, so the variance is
+// carried from panel to panel. Control: the same statistic against a σ without the
+// partial sums' term must fail (the test sees a missing term).
+struct LawStats {
+  double mean_z = 0, mean_z2 = 0;
+  int64_t n = 0;
+};
+
+LawStats law_of_runs(ref::McaGemm mode, GemmPath path, bool positive, bool drop_sums_term,
+                     bool parallel) {
+  constexpr int64_t I = 64, J = 16, P = 300;  // several output tiles: both threads draw
+  constexpr int R = 50;
+  check::SplitMix64 rng(positive ? 71 : 72);
+  auto draw = [&] { return float(positive ? rng.uniform(0.0, 1.0) : rng.uniform(-1.0, 1.0)); };
+  std::vector<ref::Mca> a(size_t{I * P}), b(size_t{P * J}), seed(size_t{J});
+  for (auto& x : a) x = ref::Mca(draw());
+  for (auto& x : b) x = ref::Mca(draw());
+  for (auto& x : seed) x = ref::Mca(positive ? 1.0f : draw());
+  const GemmOperand<ref::Mca> A{a.data(), P, 1}, B{b.data(), 1, J};
+  const double u = ref::Mca::unit();
+  std::vector<double> exact(size_t(I * J)), sigma(size_t(I * J));
+  for (int64_t i = 0; i < I; ++i)
+    for (int64_t j = 0; j < J; ++j) {
+      double s = seed[size_t(j)].v, var = 0;
+      for (int64_t p = 0; p < P; ++p) {
+        const double prod = a[size_t(i * P + p)].v * b[size_t(p * J + j)].v;
+        s += prod;
+        var += prod * prod + (drop_sums_term ? 0.0 : s * s);
+      }
+      exact[size_t(i * J + j)] = s;
+      sigma[size_t(i * J + j)] = u * std::sqrt(var / 3);
+    }
+  const ref::ScopedMcaGemm scoped(mode);
+  ref::set_parallel_min_work(parallel ? 0 : int64_t(1) << 62);
+  omp_set_num_threads(2);
+  LawStats st;
+  for (int r = 0; r < R; ++r) {
+    check::seed_mca(4242 + (positive ? 1000 : 0), r);
+    std::vector<ref::Mca> c(size_t(I * J));
+    ref::ordered_gemm<ref::Mca>(I, J, P, A, B, seed.data(), c.data(), J, path);
+    for (size_t k = 0; k < c.size(); ++k) {
+      const double z = (c[k].v - exact[k]) / sigma[k];
+      st.mean_z += z;
+      st.mean_z2 += z * z;
+      ++st.n;
+    }
+  }
+  st.mean_z /= double(st.n);
+  st.mean_z2 /= double(st.n);
+  return st;
+}
+
+bool law_holds(const LawStats& s) {
+  const double n = double(s.n);
+  return std::fabs(s.mean_z) <= 6 / std::sqrt(n) && std::fabs(s.mean_z2 - 1) <= 6 * std::sqrt(2 / n);
+}
+
+TEST_F(OracleGemm, McaMomentsHaveThePerOperationLaw) {
+  struct Mode {
+    const char* name;
+    ref::McaGemm mode;
+    GemmPath path;
+  };
+  std::vector<Mode> modes = {{"per-operation (generic tile)", ref::McaGemm::PerOperation, GemmPath::Baseline},
+                             {"per-operation (fastest tile)", ref::McaGemm::PerOperation, GemmPath::Auto},
+                             {"moments (baseline tile)", ref::McaGemm::Moments, GemmPath::Baseline},
+                             {"moments (fastest tile)", ref::McaGemm::Moments, GemmPath::Auto}};
+  if (ref::gemm_avx2_available())
+    modes.push_back({"moments (AVX2 tile)", ref::McaGemm::Moments, GemmPath::Avx2});
+  for (const Mode& m : modes)
+    for (bool positive : {false, true})
+      for (bool parallel : {false, true}) {
+        const LawStats s = law_of_runs(m.mode, m.path, positive, /*drop_sums_term=*/false, parallel);
+        std::cout << "  " << m.name << (positive ? ", positive data" : ", mixed signs")
+                  << (parallel ? ", parallel" : ", serial") << ": mean z " << s.mean_z
+                  << ", mean z^2 " << s.mean_z2 << " (n " << s.n << ")\n";
+        EXPECT_TRUE(law_holds(s)) << m.name << (positive ? ", positive data" : ", mixed signs")
+                                  << ": mean z " << s.mean_z << ", mean z^2 " << s.mean_z2
+                                  << " over " << s.n << " standardised errors";
+      }
+  // Control: without the partial sums' term the law is visibly wrong in both modes.
+  for (ref::McaGemm mode : {ref::McaGemm::PerOperation, ref::McaGemm::Moments}) {
+    const LawStats s = law_of_runs(mode, GemmPath::Auto, /*positive=*/true, /*drop=*/true, false);
+    EXPECT_FALSE(law_holds(s)) << "a variance without the partial sums' term passed: mean z^2 "
+                               << s.mean_z2 << " (the test would be blind to the term)";
+  }
+}
+
+// The moments mode is reproducible (the same seeds, the same bits), and a draw: not
+// the exact sum. Below kMcaMomentsMinTerms terms it is the per-operation tile.
+TEST_F(OracleGemm, McaMomentsRunIsReproducibleAndSmallSumsArePerOperation) {
+  const ref::ScopedMcaGemm scoped(ref::McaGemm::Moments);
+  ref::set_parallel_min_work(0);
+  omp_set_num_threads(2);
+  for (const Shape& s : kShapes) {
+    const auto a = random_values<ref::Mca>(s.I * s.P, 31 + s.I + s.P);
+    const auto b = random_values<ref::Mca>(s.J * s.P, 32 + s.J + s.P);
+    const GemmOperand<ref::Mca> A{a.data(), s.P, 1}, B{b.data(), 1, s.J};
+    auto run = [&](ref::McaGemm mode) {
+      const ref::ScopedMcaGemm m(mode);
+      std::vector<ref::Mca> c(size_t(s.I * s.J));
+      check::seed_mca(5, int(s.P));
+      ref::ordered_gemm<ref::Mca>(s.I, s.J, s.P, A, B, nullptr, c.data(), s.J);
+      return check::to_double_vec(c);
+    };
+    const auto first = run(ref::McaGemm::Moments), second = run(ref::McaGemm::Moments);
+    EXPECT_TRUE(same_bits(first, second)) << "I=" << s.I << " J=" << s.J << " P=" << s.P;
+    const auto per_op = run(ref::McaGemm::PerOperation);
+    EXPECT_EQ(same_bits(first, per_op), s.P < ref::kMcaMomentsMinTerms)
+        << "P=" << s.P << ": the moments mode must take the per-operation tile exactly below "
+        << ref::kMcaMomentsMinTerms << " terms";
+    std::vector<double> exact(first.size());
+    for (int64_t i = 0; i < s.I; ++i)
+      for (int64_t j = 0; j < s.J; ++j) {
+        double c = 0;
+        for (int64_t p = 0; p < s.P; ++p) c += a[size_t(i * s.P + p)].v * b[size_t(p * s.J + j)].v;
+        exact[size_t(i * s.J + j)] = c;
+      }
+    if (s.P > 1) {
+      EXPECT_FALSE(same_bits(first, exact)) << "no perturbation at P=" << s.P;
+    }
+  }
 }
 
 TEST_F(OracleGemm, LinearStepsAreTheirDocumentedLoops) {

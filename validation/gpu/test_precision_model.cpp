@@ -43,6 +43,7 @@
 
 #include "check/compare.hpp"
 #include "core/config.hpp"
+#include "reference_cpu/mca_scalar.hpp"
 #include "validation/support/precision_harness.hpp"
 
 namespace mc::testing {
@@ -74,6 +75,11 @@ void check_model_like(int d_model, DType dtype) {
   // A small ensemble at these sizes (each run costs about one f64 oracle): the
   // statistics' limits widen with fewer runs (t_m, docs/precision-statistics.md),
   // and n ~ 10^5..10^7 elements per tensor keeps them sensitive.
+  // The ensemble's GEMMs are drawn by their moments: the same law to first order as
+  // the per-operation draws, at about a double GEMM's cost instead of two random draws
+  // per multiply-add, which dominated a run at these sizes (ref::McaGemm,
+  // test_oracle_gemm.cpp and test_mca_moments.cpp).
+  const ref::ScopedMcaGemm moments(ref::McaGemm::Moments);
   const PrecisionCase pc = run_precision_case(cfg, kBatch, kSeqLen, kSeed, dtype,
                                               {ScanMode::Checkpointed, ScanMode::Sequential,
                                                ScanMode::Parallel},
