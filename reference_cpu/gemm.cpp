@@ -283,6 +283,46 @@ __attribute__((target("avx2"))) void micro_tile_avx2(int64_t kc, const float* ap
   gemm_micro_tile<float, 4, 16>(kc, ap, bp, c, ldc, mr, nr);
 }
 
+// The exact tile on AVX-512F: 4 x 16 double (two zmm a row), 4 x 32 float. AVX-512F
+// has fused multiply-adds, so contraction is switched off for these functions: each
+// step is one rounded product and one rounded sum, the textbook loop's bits.
+#define MC_EXACT_TILE_BODY(S, VEC, W, LOADU, STORE, LOAD, SET1, MUL, ADD)                   \
+  constexpr int MR = 4, NR = 2 * W;                                                       \
+  alignas(64) S cs[MR][NR];                                                               \
+  for (int i = 0; i < MR; ++i)                                                            \
+    for (int j = 0; j < NR; ++j) cs[i][j] = (i < mr && j < nr) ? c[i * ldc + j] : S(0);   \
+  VEC acc[MR][2];                                                                         \
+  _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i) {                                  \
+    acc[i][0] = LOAD(&cs[i][0]);                                                          \
+    acc[i][1] = LOAD(&cs[i][W]);                                                          \
+  }                                                                                       \
+  for (int64_t p = 0; p < kc; ++p) {                                                      \
+    const VEC b0 = LOADU(bp + p * NR), b1 = LOADU(bp + p * NR + W);                       \
+    _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i) {                                \
+      const VEC a = SET1(ap[p * MR + i]);                                                 \
+      acc[i][0] = ADD(acc[i][0], MUL(a, b0));                                             \
+      acc[i][1] = ADD(acc[i][1], MUL(a, b1));                                             \
+    }                                                                                     \
+  }                                                                                       \
+  _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i) {                                  \
+    STORE(&cs[i][0], acc[i][0]);                                                          \
+    STORE(&cs[i][W], acc[i][1]);                                                          \
+  }                                                                                       \
+  for (int i = 0; i < mr; ++i)                                                            \
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] = cs[i][j];
+
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void micro_tile_avx512(
+    int64_t kc, const double* ap, const double* bp, double* c, int64_t ldc, int mr, int nr) {
+  MC_EXACT_TILE_BODY(double, __m512d, 8, _mm512_loadu_pd, _mm512_store_pd, _mm512_load_pd,
+                     _mm512_set1_pd, _mm512_mul_pd, _mm512_add_pd)
+}
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void micro_tile_avx512(
+    int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int mr, int nr) {
+  MC_EXACT_TILE_BODY(float, __m512, 16, _mm512_loadu_ps, _mm512_store_ps, _mm512_load_ps,
+                     _mm512_set1_ps, _mm512_mul_ps, _mm512_add_ps)
+}
+#undef MC_EXACT_TILE_BODY
+
 // The moments tile (no bitwise contract: its values are a draw) with fused
 // multiply-adds: 4 x 8 on AVX2 (two ymm a row), 4 x 16 on AVX-512 (two zmm a row).
 // The valid mr x nr part goes through an aligned staging copy; the packed panels
@@ -423,6 +463,18 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512f() {
+#ifdef MC_ORACLE_GEMM_AVX2
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return v;
+#else
+  return false;
+#endif
+}
+
 #ifdef MC_ORACLE_GEMM_AVX2
 bool cpu_has_avx512_fma() {
   static const bool v = [] {
@@ -440,21 +492,27 @@ bool cpu_has_avx2_fma() {
 }
 #endif
 
-// ordered_gemm<Mca> in McaGemm::Moments: Baseline the 4 x 4 tile of the baseline ISA,
-// Avx2 the 4 x 8 AVX2+FMA one, Auto the widest the CPU has (4 x 16 with AVX-512F).
+// ordered_gemm<Mca> in McaGemm::Moments (path resolved from Auto by the caller):
+// Baseline the 4 x 4 tile of the baseline ISA, Avx2 the 4 x 8 AVX2+FMA one, Avx512
+// the 4 x 16 one.
 void ordered_gemm_mca_by_moments(int64_t I, int64_t J, int64_t P, const GemmOperand<Mca>& A,
                                  const GemmOperand<Mca>& B, const Mca* seed, Mca* C,
                                  int64_t ldc, GemmPath path) {
+  bool wide = false, avx2 = false;
 #ifdef MC_ORACLE_GEMM_AVX2
-  if (path == GemmPath::Auto && cpu_has_avx512_fma())
+  wide = cpu_has_avx512_fma();
+  avx2 = cpu_has_avx2_fma();
+#endif
+  if ((path == GemmPath::Avx512 && !wide) || (path == GemmPath::Avx2 && !avx2))
+    throw std::runtime_error(std::string("ordered_gemm: the ") + to_string(path) +
+                             " path of the Monte Carlo moments tile needs " + to_string(path) +
+                             " and FMA, which this CPU lacks");
+#ifdef MC_ORACLE_GEMM_AVX2
+  if (path == GemmPath::Avx512)
     return ordered_gemm_mca_moments<4, 16>(I, J, P, A, B, seed, C, ldc, moments_micro_avx512);
-  if (path != GemmPath::Baseline && cpu_has_avx2_fma())
+  if (path == GemmPath::Avx2)
     return ordered_gemm_mca_moments<4, 8>(I, J, P, A, B, seed, C, ldc, moments_micro_avx2);
 #endif
-  if (path == GemmPath::Avx2)
-    throw std::runtime_error(
-        "ordered_gemm: the AVX2 path of the Monte Carlo moments tile needs AVX2 and FMA, which "
-        "this CPU lacks");
   ordered_gemm_mca_moments<4, 4>(I, J, P, A, B, seed, C, ldc, moments_micro_baseline);
 }
 
@@ -472,12 +530,21 @@ McaGemm& mca_gemm_mode() {
 }
 
 bool gemm_avx2_available() { return cpu_has_avx2(); }
+bool gemm_avx512_available() { return cpu_has_avx512f(); }
 
 GemmPath gemm_auto_path() {
   static const GemmPath p = [] {
     const char* e = std::getenv("MC_ORACLE_GEMM");
-    if (e && std::string(e) == "baseline") return GemmPath::Baseline;
-    return cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline;
+    const std::string want = e ? e : "";
+    if (want == "baseline") return GemmPath::Baseline;
+    if (want == "avx2" || (want.empty() && !cpu_has_avx512f()))
+      return cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline;
+    if (want == "avx512" || want.empty())
+      return cpu_has_avx512f() ? GemmPath::Avx512
+                               : (cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline);
+    throw std::runtime_error("MC_ORACLE_GEMM='" + want +
+                             "': expected 'baseline', 'avx2' or 'avx512' (or unset: the widest "
+                             "this CPU has)");
   }();
   return p;
 }
@@ -487,6 +554,7 @@ const char* to_string(GemmPath p) {
     case GemmPath::Auto: return "auto";
     case GemmPath::Baseline: return "baseline";
     case GemmPath::Avx2: return "avx2";
+    case GemmPath::Avx512: return "avx512";
   }
   return "?";
 }
@@ -496,13 +564,24 @@ void ordered_gemm(int64_t I, int64_t J, int64_t P, const GemmOperand<S>& A,
                   const GemmOperand<S>& B, const S* seed, S* C, int64_t ldc, GemmPath path) {
   if constexpr (std::is_same_v<S, Mca>) {
     if (mca_gemm_mode() == McaGemm::Moments && P >= kMcaMomentsMinTerms) {
-      if (path == GemmPath::Auto && gemm_auto_path() == GemmPath::Baseline)
-        path = GemmPath::Baseline;  // MC_ORACLE_GEMM=baseline
+      if (path == GemmPath::Auto) path = gemm_auto_path();  // the widest, or MC_ORACLE_GEMM's
       return ordered_gemm_mca_by_moments(I, J, P, A, B, seed, C, ldc, path);
     }
   }
   const bool automatic = path == GemmPath::Auto;
   if (path == GemmPath::Auto) path = gemm_auto_path();
+  if (path == GemmPath::Avx512) {
+    if (!cpu_has_avx512f())
+      throw std::runtime_error(
+          "ordered_gemm: the AVX-512 path was asked for on a CPU without AVX-512F");
+#ifdef MC_ORACLE_GEMM_AVX2
+    if constexpr (std::is_same_v<S, double>)
+      return ordered_gemm_tiles<S, 4, 16>(I, J, P, A, B, seed, C, ldc, micro_tile_avx512);
+    else if constexpr (std::is_same_v<S, float>)
+      return ordered_gemm_tiles<S, 4, 32>(I, J, P, A, B, seed, C, ldc, micro_tile_avx512);
+#endif
+    // Mca: the per-operation tiles below (Avx512 counts as a fast path)
+  }
   if (path == GemmPath::Avx2) {
     if (!cpu_has_avx2())
       throw std::runtime_error("ordered_gemm: the AVX2 path was asked for on a CPU without AVX2");

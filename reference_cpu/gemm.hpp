@@ -13,10 +13,12 @@
 // which compares both paths against that loop on odd shapes, P past the p-panel).
 //
 // Paths: the cache-blocked, packed micro-kernel (BLIS/GotoBLAS layering) compiled
-// for the baseline x86-64 ISA, and the same micro-kernel compiled for AVX2 (no
-// FMA: the operations and their order are unchanged), picked at run time when the
-// CPU has AVX2. MC_ORACLE_GEMM=baseline in the environment forces the baseline
-// path for the whole process; GemmPath picks one for a single call (tests).
+// for the baseline x86-64 ISA, the same micro-kernel compiled for AVX2 (no FMA: the
+// operations and their order are unchanged), and a 4 x 16 double / 4 x 32 float
+// AVX-512F tile with contraction switched off (again one rounded product and one
+// rounded sum a step); the widest the CPU has is picked at run time.
+// MC_ORACLE_GEMM=baseline|avx2|avx512 in the environment picks one for the whole
+// process; GemmPath picks one for a single call (tests).
 // The Monte Carlo arithmetic scalar (Mca) has tiles of its own, all with the same
 // draws in the same order, so the same values: Baseline is the generic tile, Avx2
 // a scalar tile that keeps the thread's random stream in a register, and Auto the
@@ -34,13 +36,15 @@
 namespace mc::ref {
 
 enum class GemmPath {
-  Auto,      // AVX2 when the CPU has it and MC_ORACLE_GEMM != baseline, else Baseline
+  Auto,      // the widest the CPU has (Avx512, Avx2, Baseline), or MC_ORACLE_GEMM's choice
   Baseline,  // the baseline x86-64 (SSE2) micro-kernel
   Avx2,      // the AVX2 micro-kernel (throws std::runtime_error where the CPU lacks AVX2)
+  Avx512,    // the AVX-512F micro-kernel, contraction off (throws where the CPU lacks it)
 };
 
-// Whether this build and CPU have the AVX2 path.
+// Whether this build and CPU have the AVX2 / AVX-512 path.
 bool gemm_avx2_available();
+bool gemm_avx512_available();
 // The path GemmPath::Auto takes in this process.
 GemmPath gemm_auto_path();
 const char* to_string(GemmPath p);

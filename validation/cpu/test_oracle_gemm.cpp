@@ -129,6 +129,15 @@ TEST_F(OracleGemm, Avx2PathIsTheTextbookLoopDouble) {
   check_path<double>(GemmPath::Avx2);
 }
 
+TEST_F(OracleGemm, Avx512PathIsTheTextbookLoopFloat) {
+  if (!ref::gemm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_path<float>(GemmPath::Avx512);
+}
+TEST_F(OracleGemm, Avx512PathIsTheTextbookLoopDouble) {
+  if (!ref::gemm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_path<double>(GemmPath::Avx512);
+}
+
 // The Linear steps (whatever path Auto picks here) against their documented loops.
 template <class S>
 void check_linear_steps() {
@@ -364,6 +373,14 @@ TEST_F(OracleGemm, ControlReorderedSumIsDetected) {
   EXPECT_TRUE(same_bits(got, naive<float>(s, A, B, nullptr)));
   EXPECT_FALSE(same_bits(got, naive<float>(s, A, B, nullptr, /*descending=*/true)))
       << "a descending-order sum gave the same bits: the bitwise test would be vacuous";
+}
+
+TEST_F(OracleGemm, Avx512PathRefusedWhereAbsent) {
+  if (ref::gemm_avx512_available()) GTEST_SKIP() << "this CPU has AVX-512F: nothing to refuse";
+  double x = 0;
+  EXPECT_THROW(ref::ordered_gemm<double>(1, 1, 1, {&x, 1, 1}, {&x, 1, 1}, nullptr, &x, 1,
+                                         GemmPath::Avx512),
+               std::runtime_error);
 }
 
 TEST_F(OracleGemm, Avx2PathRefusedWhereAbsent) {
