@@ -29,11 +29,17 @@
 // scan's per-(b,t,d,n) partials are B·(T+1)·d_inner·d_state doubles each).
 // Measured on the H200's host (16 threads, F16DModel768 alone, 2026-12-01): O 16.4 s,
 // P 10.0 s, the 4 Monte Carlo runs of the statistics 471 s (each about 20x O: its
-// GEMM tile draws two random numbers per multiply-add), 507 s in all. The d_model
-// 2048 cases are about 5x that. Since then the Monte Carlo GEMM tile draws 8 numbers
-// at a time where the CPU has AVX-512 (reference_cpu/gemm.cpp; the same values). On
-// the 2-core build machine one run of the d_model 768 oracle at T 64 went from 25.0 s to
-// 9.4 s (O 1.2 s). Not yet re-measured on the H200's host.
+// GEMM tile drew two random numbers per multiply-add), 507 s in all; the d_model 2048
+// cases are about 5x that, past the 600 s a device call may last. Since then (all
+// measured on the 2-core build machine, d_model 2048, B 8, T 128, bf16):
+//  * the ensemble's GEMMs are drawn by their moments (ref::McaGemm::Moments, set
+//    below): one Monte Carlo run 38.6 s -> 10.8 s;
+//  * the oracle's GEMM has an AVX-512 tile (bitwise the same loop): O 9.9 -> 6.6 s,
+//    P 3.6 -> 2.9 s;
+//  * the suite keeps freed heap memory for reuse (retain_freed_heap_memory): O, P and
+//    the four runs 46-54 s -> 37-39 s.
+// A case there is now O + P + 4 runs ≈ 38 s at 1024 rows, ~10 min at 16384 rows on
+// 2 cores; the H200's host has 16. Not yet re-measured on that host.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -49,7 +55,10 @@
 namespace mc::testing {
 namespace {
 
-class PrecisionModelShapes : public PrecisionTest {};
+class PrecisionModelShapes : public PrecisionTest {
+ protected:
+  static void SetUpTestSuite() { retain_freed_heap_memory(); }
+};
 
 constexpr int64_t kBatch = 8, kSeqLen = 2048;
 constexpr uint64_t kSeed = 20260415;
