@@ -442,55 +442,31 @@ micro_tile_mca_avx512(int64_t kc, const Mca* __restrict ap, const Mca* __restric
 }
 #pragma GCC diagnostic pop
 
-bool cpu_has_avx512_dq() {
-  static const bool v = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512dq") != 0;
-  }();
-  return v;
-}
 #endif
 
-bool cpu_has_avx2() {
+// The instruction-set extensions the tiles use, read once.
+struct CpuFeatures {
+  bool avx2 = false, fma = false, avx512f = false, avx512dq = false;
+};
+const CpuFeatures& cpu() {
+  static const CpuFeatures f = [] {
+    CpuFeatures c;
 #ifdef MC_ORACLE_GEMM_AVX2
-  static const bool v = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return v;
-#else
-  return false;
+    c.avx2 = __builtin_cpu_supports("avx2") != 0;
+    c.fma = __builtin_cpu_supports("fma") != 0;
+    c.avx512f = __builtin_cpu_supports("avx512f") != 0;
+    c.avx512dq = __builtin_cpu_supports("avx512dq") != 0;
 #endif
-}
-
-bool cpu_has_avx512f() {
-#ifdef MC_ORACLE_GEMM_AVX2
-  static const bool v = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
+    return c;
   }();
-  return v;
-#else
-  return false;
-#endif
+  return f;
 }
-
-#ifdef MC_ORACLE_GEMM_AVX2
-bool cpu_has_avx512_fma() {
-  static const bool v = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("fma") != 0;
-  }();
-  return v;
-}
-bool cpu_has_avx2_fma() {
-  static const bool v = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
-  }();
-  return v;
-}
-#endif
+bool cpu_has_avx2() { return cpu().avx2; }
+bool cpu_has_avx512f() { return cpu().avx512f; }
+bool cpu_has_avx512_dq() { return cpu().avx512f && cpu().avx512dq; }
+bool cpu_has_avx2_fma() { return cpu().avx2 && cpu().fma; }
+bool cpu_has_avx512_fma() { return cpu().avx512f && cpu().fma; }
 
 // ordered_gemm<Mca> in McaGemm::Moments (path resolved from Auto by the caller):
 // Baseline the 4 x 4 tile of the baseline ISA, Avx2 the 4 x 8 AVX2+FMA one, Avx512
@@ -498,12 +474,8 @@ bool cpu_has_avx2_fma() {
 void ordered_gemm_mca_by_moments(int64_t I, int64_t J, int64_t P, const GemmOperand<Mca>& A,
                                  const GemmOperand<Mca>& B, const Mca* seed, Mca* C,
                                  int64_t ldc, GemmPath path) {
-  bool wide = false, avx2 = false;
-#ifdef MC_ORACLE_GEMM_AVX2
-  wide = cpu_has_avx512_fma();
-  avx2 = cpu_has_avx2_fma();
-#endif
-  if ((path == GemmPath::Avx512 && !wide) || (path == GemmPath::Avx2 && !avx2))
+  if ((path == GemmPath::Avx512 && !cpu_has_avx512_fma()) ||
+      (path == GemmPath::Avx2 && !cpu_has_avx2_fma()))
     throw std::runtime_error(std::string("ordered_gemm: the ") + to_string(path) +
                              " path of the Monte Carlo moments tile needs " + to_string(path) +
                              " and FMA, which this CPU lacks");

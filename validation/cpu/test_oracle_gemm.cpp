@@ -183,6 +183,8 @@ void check_linear_steps() {
 // it) make the same draws in the same order as the generic tile (Baseline), so
 // every run's values are bitwise the same.
 TEST_F(OracleGemm, McaFastTileIsTheGenericTile) {
+  // the per-operation tiles, whatever MC_ORACLE_MCA_GEMM says
+  const ref::ScopedMcaGemm per_operation(ref::McaGemm::PerOperation);
   int checked = 0;
   for (const Shape& s : kShapes) {
     const auto a = random_values<ref::Mca>(s.I * s.P, 11 + s.I + s.P);
