@@ -8,7 +8,7 @@
 # usage: scripts/gpu_session.sh <build-dir> <out-dir> [phase ...]
 # phases (default: info tests sanitize validate bench):
 #   info      nvidia-smi, `mambacheck devices`
-#   tests     ctest -L gpu (JUnit XML + log)
+#   tests     the host CPU (lscpu), then ctest -L gpu (JUnit XML + log)
 #   sanitize  scripts/sanitize.sh (memcheck, racecheck, initcheck on a reduced suite)
 #   validate  mambacheck validate --gpu-only --dtype all --scan all --json validation.json
 #   bench     bench_scan --sweep -> bench_scan.json; bench_train_step -> bench_train_step.json
@@ -149,6 +149,8 @@ for p in "${phases[@]}"; do
       run_phase nvidia-smi nvidia-smi
       run_phase devices "$build/cli/mambacheck" devices ;;
     tests)
+      # the host CPU times the suites' CPU oracle (the slow suite's wall times depend on it)
+      run_phase host-cpu sh -c 'lscpu 2>/dev/null || grep -m1 -A25 "^processor" /proc/cpuinfo'
       run_phase ctest-gpu env MAMBACHECK_PRECISION_JSON="$out/validation-precision.json" \
         MAMBACHECK_DETERMINISM_JSON="$out/validation-determinism.json" \
         ctest --test-dir "$build" -L gpu --output-on-failure --output-junit "$out/logs/ctest-gpu.xml" ${CTEST_ARGS:-} ;;
