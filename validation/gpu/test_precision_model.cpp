@@ -39,7 +39,8 @@
 //  * the suite keeps freed heap memory for reuse (retain_freed_heap_memory): O, P and
 //    the four runs 46-54 s -> 37-39 s.
 // A case there is now O + P + 4 runs ≈ 38 s at 1024 rows, ~10 min at 16384 rows on
-// 2 cores; the H200's host has 16. Not yet re-measured on that host.
+// 2 cores, ~95 % of it parallel; the H200's host has 16. Not yet re-measured on that host
+// (docs/performance-notes.md, "The CPU oracle at model sizes", has the projection).
 #include <gtest/gtest.h>
 
 #include <cstdio>
