@@ -436,6 +436,14 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
         effective_ld(fn, "delta", p.delta.ld, p.shape.di))
       throw ConfigError(std::string(fn) + ": d_delta aliases delta with a different row stride");
   }
+  // du over dy: the same argument (a chunk's dy rows are staged before its du is stored)
+  if (static_cast<const void*>(p.du.p) == static_cast<const void*>(p.dy.p)) {
+    if (p.route != Route::Checkpointed)
+      throw ConfigError(std::string(fn) + ": du aliases dy, which route " +
+                        scan::to_string(p.route) + " does not support (use route checkpointed)");
+    if (effective_ld(fn, "du", p.du.ld, p.shape.di) != effective_ld(fn, "dy", p.dy.ld, p.shape.di))
+      throw ConfigError(std::string(fn) + ": du aliases dy with a different row stride");
+  }
   const size_t need =
       bwd_workspace_bytes(p.shape, p.route, p.partial_budget, p.channels_per_thread);
   if (p.workspace_bytes < need)

@@ -127,7 +127,9 @@ struct BwdParams {
                                       // Checkpointed route it may be delta itself (same
                                       // rows and ld: a chunk's δ is staged before its dδ
                                       // is stored, and no other block reads them)
-  Rows<T> du;                         // [B*T, di]
+  Rows<T> du;                         // [B*T, di]; on the Checkpointed route it may be dy
+                                      // itself (same rows and ld, the same argument as for
+                                      // d_delta over delta)
   Rows<T> dz;                         // [B*T, di], required iff z is set
   // dB, dC: [B*T, ds], reduced in f32; give either the f32 or the typed views
   // (typed: one RN rounding of the f32 sum, e.g. straight into the x_proj gradient)

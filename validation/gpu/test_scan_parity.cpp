@@ -563,10 +563,14 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       scan::backward<T>(b2, kStream);
       expect_same_backward(sl, true);
     }
-    // d_delta written over delta (scan.hpp: the checkpointed route allows it; the training
-    // step's backward does it), in one launch and in segments of one chunk: the same bytes.
-    for (size_t budget : {size_t(0), size_t(1)}) {
-      const std::string il = label + " with d_delta over delta" + (budget ? " in segments" : "");
+    // d_delta written over delta, and du also written over dy (scan.hpp: the checkpointed
+    // route allows both; the training step's backward does both), in one launch and in
+    // segments of one chunk: the same bytes.
+    for (size_t budget : {size_t(0), size_t(1)})
+    for (bool du_over_dy : {false, true}) {
+      const std::string il = label + " with d_delta over delta" +
+                             (du_over_dy ? " and du over dy" : "") +
+                             (budget ? " in segments" : "");
       const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
       DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
       fill_nan(ws3);
@@ -576,10 +580,14 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       fill_nan(dh0);
       MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
                                     cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
+      if (du_over_dy)
+        MC_CUDA_CHECK(cudaMemcpyAsync(du.get(), dy.get(), size_t(n) * sizeof(T),
+                                      cudaMemcpyDeviceToDevice, kStream), il + ": copy dy");
       dD.upload(in.dD0.data(), in.dD0.size(), kStream);
       dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
       scan::BwdParams<T> b3 = b;
       b3.delta = {d_delta.get(), 0};
+      if (du_over_dy) b3.dy = {du.get(), 0};
       b3.workspace = ws3.get();
       b3.workspace_bytes = ws_n;
       b3.partial_budget = budget;
@@ -1232,6 +1240,38 @@ TEST(ScanRefusal, DeltaGradientOverDeltaNamed) {
     ADD_FAILURE() << "d_delta over delta with another row stride accepted";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "different row stride")) << e.what();
+  }
+}
+
+// du may be dy itself on the checkpointed route only, and only over the same rows.
+TEST(ScanRefusal, InputGradientOverUpstreamGradientNamed) {
+  float x = 0, y = 0, w = 0;
+  scan::BwdParams<float> b;
+  b.shape = {1, 8, 4, 16};
+  b.delta = b.u = b.Bm = b.Cm = {&x, 0};
+  b.a_neg = b.saved = b.D = b.dD = &x;
+  b.d_delta = {&w, 0};
+  b.dy = {&y, 0};
+  b.du = {&y, 0};
+  b.dA_log = &x;
+  b.dB = b.dC = {&x, 0};
+  for (Route r : {Route::Chunked, Route::Sequential}) {
+    b.route = r;
+    try {
+      scan::backward<float>(b, nullptr);
+      ADD_FAILURE() << "du over dy accepted on " << scan::to_string(r);
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), "du aliases dy") && contains(e.what(), scan::to_string(r)))
+          << e.what();
+    }
+  }
+  b.route = Route::Checkpointed;
+  b.du.ld = 5;
+  try {
+    scan::backward<float>(b, nullptr);
+    ADD_FAILURE() << "du over dy with another row stride accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "du aliases dy with a different row stride")) << e.what();
   }
 }
 
