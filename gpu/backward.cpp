@@ -51,24 +51,26 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
   T* U = sc.u;            // recomputed u: -> B3, B5
-  T* delta = sc.s1;       // recomputed Δ: -> B3
   T* gated = sc.s2;       // recomputed gated output: -> B1
-  T* dG = sc.s3;          // B1 -> B2
-  T* dY = sc.s2;          // B2 -> B3
-  T* dU = sc.s3;          // B3 -> B6
-  // B3 -> B4: written over Δ by the checkpointed scan (scan.hpp allows it there); the
-  // cross-check routes need a buffer of their own
-  T* d_delta = route_ == ScanRoute::Checkpointed ? sc.s1 : sc.du;
-  float* b4_acc = dt_acc_at_b4();  // B4: the dt_proj GEMM again, in the shared region
-  T* d_draw = sc.s2;      // B4
-  T* dU_x = sc.s1;        // B5 -> B6
+  T* dG = sc.s1;          // B1 -> B2
+  T* dY = sc.s2;          // B2 -> B3 (gated is dead once B1's dW has read it)
+  T* delta = sc.s1;       // Δ recomputed after B2 (dG is dead): -> B3
+  // B3's outputs: dΔ written over Δ and du over dy by the checkpointed scan (scan.hpp
+  // allows both there); the cross-check routes need buffers of their own
+  const bool scan_in_place = route_ == ScanRoute::Checkpointed;
+  T* d_delta = scan_in_place ? sc.s1 : sc.du;  // B3 -> B4
+  T* dU = scan_in_place ? sc.s2 : sc.s3;       // B3 -> B6
+  // the dt_proj accumulator of the Δ recompute and of B4, in the shared region (it holds
+  // nothing from B1's reads of dH_typed to B7)
+  float* dt_acc = dt_acc_at_b4();
+  T* d_draw = sc.s1;      // B4: dΔraw (over dΔ on the checkpointed route, elementwise)
+  T* dU_x = sc.s1;        // B5 -> B6 (written once B4's GEMMs have read dΔraw)
   T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2, dxb from B6, read by B7
   T* dN = sc.o_dn;        // B7 -> B8
   T* dxdbl = dxdbl_.get();
 
-  // Recompute: F4a (no state written), F4c, F4e
+  // Recompute: F4a (no state written), F4e; F4c (Δ) after B2, where s1 is free
   conv_forward(l, a.proj, a.conv_s0, /*final_state=*/nullptr);
-  delta_forward(l, a.xdbl);
   kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
   // B0
   const T* dHt = typed_copy_of_dH();
@@ -82,6 +84,9 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   kern::gate_bwd<T>(dG, a.y, a.proj + di, 2 * di, R, di, dY, dP + di, 2 * di, s);
   fc_.check("B2 gating", l, "d_y", dY, R * di);
   // (dz sits in dP's z half: it is checked with dxb after B6)
+  // F4c again: Δ into s1, its dt_proj accumulator in the shared region (not dP, whose z
+  // half now holds dz); the same kernels and inputs as the forward, so the same bits
+  delta_forward(l, a.xdbl, dt_acc);
   // B3 scan BPTT; dB, dC summed over d in f32 and rounded once, straight into
   // xdbl's gradient columns; dD, dA_log accumulate into the arena
   float* dh0 = opt_.state_grads ? ssm_state(l, d_ssm0_.get()) : nullptr;
@@ -128,8 +133,8 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   if (fused_dt_) {  // on the tensor-core tier acc stays on chip
     fused_dt_softplus(l, a.xdbl, d_delta, d_draw);
   } else {
-    dt_proj_acc(l, a.xdbl, b4_acc);
-    kern::softplus_bias_bwd<T>(b4_acc, p(off.dt_proj_b), R, di, d_delta, d_draw, s);
+    dt_proj_acc(l, a.xdbl, dt_acc);
+    kern::softplus_bias_bwd<T>(dt_acc, p(off.dt_proj_b), R, di, d_delta, d_draw, s);
   }
   fc_.check("B4 softplus", l, "d_delta_raw", d_draw, R * di);
   gemm_.input_grad<T, T>(layer + "dt_proj dX", d_draw, w(off.dt_proj_w), d_dt_in_.get(), R, dr,

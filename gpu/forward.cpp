@@ -94,16 +94,17 @@ void Pipeline<T>::fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* o
 
 // F4c: Δ = q(softplus(q(acc + b_dt))) -> scratch s1 [R, di] T, the bias added in f32
 // before Δraw's one rounding; Δraw itself is not stored (B4 re-forms it). On the
-// tensor-core tier acc stays on chip (fused_dt_softplus); otherwise it goes through dP.
+// tensor-core tier acc stays on chip (fused_dt_softplus); otherwise it goes through
+// `acc` [R, di] f32 (the forward: dP; the backward's recompute: the shared region).
 template <class T>
-void Pipeline<T>::delta_forward(int l, const T* xdbl) {
+void Pipeline<T>::delta_forward(int l, const T* xdbl, float* acc) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
   const LayerScratch<T> sc = scratch();
   if (fused_dt_) {
     fused_dt_softplus(l, xdbl, nullptr, sc.s1);
   } else {
-    dt_proj_acc(l, xdbl, sc.acc());
-    kern::softplus_bias_fwd<T>(sc.acc(), p(off.dt_proj_b), R_, d_.di, nullptr, sc.s1, stream());
+    dt_proj_acc(l, xdbl, acc);
+    kern::softplus_bias_fwd<T>(acc, p(off.dt_proj_b), R_, d_.di, nullptr, sc.s1, stream());
   }
   fc_.check("F4c dt_proj_softplus", l, "delta", sc.s1, R_ * d_.di);
 }
@@ -171,7 +172,7 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   gemm_.forward<T, T>(layer + "x_proj", sc.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
   fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
   // F4c dt_proj + bias + softplus
-  delta_forward(l, a.xdbl);
+  delta_forward(l, a.xdbl, sc.acc());
   // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
   // state is carried in place (h0 = h_final)
   kern::scan::FwdParams<T> sp;
@@ -277,7 +278,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template LayerScratch<T> Pipeline<T>::scratch();                                     \
   template void Pipeline<T>::conv_forward(int, const T*, const float*, float*);        \
   template void Pipeline<T>::dt_proj_acc(int, const T*, float*);                      \
-  template void Pipeline<T>::delta_forward(int, const T*);                             \
+  template void Pipeline<T>::delta_forward(int, const T*, float*);                     \
   template void Pipeline<T>::fused_dt_softplus(int, const T*, const T*, T*);          \
   template typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(                \
       int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*);            \

@@ -109,12 +109,15 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(xdbl_, n_of(L * R * xd), "xdbl");
   plan.add(y_, n_of(L * R * di), "scan_y");
   // layer scratch (lifetimes in pipeline.hpp)
-  for (auto [buf, name] :
-       {std::pair{&u_, "u"}, {&s1_, "delta|d_delta|d_u_xproj"}, {&s2_, "gated|d_y|d_delta_raw"},
-        {&s3_, "d_gated|d_u"}})
+  for (auto [buf, name] : {std::pair{&u_, "u"},
+                           {&s1_, "delta|d_gated|d_delta|d_delta_raw|d_u_xproj"},
+                           {&s2_, "gated|d_y|d_u"}})
     plan.add(*buf, n_of(R * di), name);
-  // the cross-check routes cannot write dΔ over Δ
-  if (route_ != ScanRoute::Checkpointed) plan.add(du_, n_of(R * di), "d_delta");
+  // the cross-check routes can write neither dΔ over Δ nor du over dy
+  if (route_ != ScanRoute::Checkpointed) {
+    plan.add(du_, n_of(R * di), "d_delta");
+    plan.add(s3_, n_of(R * di), "d_u");
+  }
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), fused_dt_ ? "d_in_proj_out" : "dt_proj_acc|d_in_proj_out");
   // o_dn | dH_typed | Z, the scan backward's workspace over them during B3, and B4's f32

@@ -22,21 +22,26 @@
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
 //                y [L, R, di] T (scan output before gating)
-//   layer scratch  (forward and backward, one layer at a time) u, s1, s2, s3
-//                [R, di] T (and du [R, di] T on the cross-check scan routes only) and
-//                dP [R, 2di] T, whose storage also holds the f32 dt_proj accumulator
-//                [R, di] while Δ is formed; o_dn [R, dm] T (out_proj output, read by
-//                F6 inside the next norm's pass; then the in_proj input gradient dN).
+//   layer scratch  (forward and backward, one layer at a time) u, s1, s2 [R, di] T
+//                (and du, s3 [R, di] T on the cross-check scan routes only) and
+//                dP [R, 2di] T, whose storage also holds the forward's f32 dt_proj
+//                accumulator [R, di] while Δ is formed; o_dn [R, dm] T (out_proj output,
+//                read by F6 inside the next norm's pass; then the in_proj input gradient dN).
 //                Lifetimes (F = forward, R = backward recompute, B1–B8 the backward steps):
 //                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
-//                  s1  F/R: Δ -> B3; B3: dΔ written over Δ by the checkpointed scan
-//                      (du instead on the cross-check routes) -> B4; B5: dU_x -> B6
-//                  s2  F: gated -> F5;  R: gated -> B1; B2: dY -> B3; B4: dΔraw
-//                  s3  B1: dG -> B2; B3: dU (scan) -> B6 (which adds dU_x as it reads)
-//                  dP  F/R: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
+//                  s1  F: Δ -> F4d (scan); B1: dG -> B2; R (after B2): Δ -> B3;
+//                      B3: dΔ written over Δ by the checkpointed scan (the cross-check
+//                      routes write it into du) -> B4; B4: dΔraw (over dΔ, elementwise)
+//                      -> B4's GEMMs; B5: dU_x -> B6
+//                  s2  F: gated -> F5;  R: gated -> B1; B2: dY -> B3; B3: dU written
+//                      over dY by the checkpointed scan (the cross-check routes write it
+//                      into s3) -> B6 (which adds dU_x as it reads)
+//                  dP  F: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
 //                Δraw [R, di] is never stored: B4 runs the dt_proj GEMM again into the
-//                shared region (f32 acc, free from B3's end to B7) and the softplus
-//                backward forms q(acc + b_dt) from it, as F4c does (the same bits).
+//                shared region (f32 acc, free from B1's last read of dH_typed to B7; the
+//                backward's recompute of Δ after B2 puts its acc there too, since dP's
+//                z half holds dz by then) and the softplus backward forms q(acc + b_dt)
+//                from it, as F4c does (the same bits).
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
@@ -177,7 +182,7 @@ class Pipeline final : public PipelineBase {
                            float* conv_state, float* ssm_state);
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
   void dt_proj_acc(int l, const T* xdbl, float* acc);  // acc [R, di] f32 = dt_in·W_dt
-  void delta_forward(int l, const T* xdbl);              // -> s1: Δ
+  void delta_forward(int l, const T* xdbl, float* acc);  // -> s1: Δ (acc: f32 [R, di])
   void fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* out);  // fused_dt_ only
   LayerActs<T> saved(int l);
   LayerScratch<T> scratch();

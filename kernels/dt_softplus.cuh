@@ -39,7 +39,8 @@ constexpr int64_t kDtSoftplusMaxRank = 256;
 //   bias    [di] f32
 //   d_delta [R, di] T    backward only (null in the forward)
 //   out     [R, di] T    forward: Δ = q(softplus(q(dt_in·w + bias)))
-//                        backward: dΔraw = q(d_delta·σ(q(dt_in·w + bias)))
+//                        backward: dΔraw = q(d_delta·σ(q(dt_in·w + bias))); out may be
+//                        d_delta itself (each element is read, then written, by one thread)
 template <class T>
 struct DtSoftplusParams {
   const T* dt_in = nullptr;

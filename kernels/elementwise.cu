@@ -125,12 +125,13 @@ __global__ void softplus_bwd_kernel(const T* __restrict__ delta_raw, const T* __
 }
 
 // acc [R, di] f32, bias [di], d_delta [R, di] -> d_delta_raw [R, di]: the two kernels
-// above in one pass (the same delta_raw_of and softplus_grad), Δraw never stored
+// above in one pass (the same delta_raw_of and softplus_grad), Δraw never stored.
+// d_delta_raw may be d_delta itself (each element is read, then written, by one thread:
+// no __restrict__ on the two)
 template <class T, int V>
 __global__ void softplus_bias_bwd_kernel(const float* __restrict__ acc,
                                          const float* __restrict__ bias, int64_t R, int64_t di,
-                                         const T* __restrict__ d_delta,
-                                         T* __restrict__ d_delta_raw) {
+                                         const T* d_delta, T* d_delta_raw) {
   MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
     const int64_t d = cv * V, i = r * di + d;
     const Pack<float, V> a = load_pack<V>(acc + i);

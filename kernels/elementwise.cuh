@@ -43,6 +43,7 @@ void softplus_bwd(const T* delta_raw, const T* d_delta, int64_t n, T* d_delta_ra
 // bias [di] f32, d_delta [R, di] T -> d_delta_raw [R, di] T = d_delta·σ(q(acc + bias)):
 // Δraw re-formed with softplus_bias_fwd's one rounding and used as softplus_bwd uses the
 // stored one, so the result has the same bits as those two kernels in turn.
+// d_delta_raw may be d_delta (in place: the training step's B4 writes dΔraw over dΔ).
 template <class T>
 void softplus_bias_bwd(const float* acc, const float* bias, int64_t R, int64_t di,
                        const T* d_delta, T* d_delta_raw, cudaStream_t stream);
