@@ -650,6 +650,13 @@ TYPED_TEST(StepParity, SoftplusWithFusedBiasAndBackward) {
       kern::softplus_bias_fwd<TypeParam>(d[acc3], d[bias3], R, di, raw_s, delta_s, d.s);
       kern::softplus_bwd<TypeParam>(raw_s, d[dd3], n, d[dx3], d.s);
     }, {dx3});
+    // in place, as the training step's B4 runs it: dΔraw written over dΔ
+    tb3.rerun("softplus_bias_bwd in place (d_delta_raw over d_delta)", [&](auto& d) {
+      MC_CUDA_CHECK(cudaMemcpyAsync(d[dx3], d[dd3], size_t(n) * sizeof(TypeParam),
+                                    cudaMemcpyDeviceToDevice, d.s),
+                    "copy d_delta into the output");
+      kern::softplus_bias_bwd<TypeParam>(d[acc3], d[bias3], R, di, d[dx3], d[dx3], d.s);
+    }, {dx3});
   }
 }
 
