@@ -228,6 +228,7 @@ struct StepBench {
   size_t scan_partial_budget = 0;  // --scan-partial-budget (0 = the scan's default)
   bool fused_dt = false;           // --dt-proj=cublas|fused
   int scan_cpt = 0;                // --scan-cpt=N (0 = the scan's plan)
+  size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -278,6 +279,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     opt.scan_partial_budget = g.scan_partial_budget;
     opt.fused_dt_softplus = g.fused_dt;
     opt.scan_channels_per_thread = g.scan_cpt;
+    opt.cublas_workspace_bytes = g.cublas_workspace;
     size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
@@ -510,19 +512,23 @@ int main_impl(int argc, char** argv) {
               "--quick 3)\n"
               "  --scan-partial-budget=BYTES|fit\n"
               "                     most bytes of the scan backward's dB/dC partials (more\n"
-              "                     segments, the same bits; default 0 = the scan's 1 GiB;\n"
+              "                     segments, the same bits; default 0 = the scan's 512 MiB;\n"
               "                     fit = as many as fit in the scratch the workspace shares)\n"
               "  --dt-proj=cublas|fused\n"
               "                     bf16 tensor-core tier: the dt_proj GEMM on cuBLAS, then the\n"
               "                     softplus kernels (default), or both as one kernel (opt-in)\n"
               "  --scan-cpt=N       the checkpointed scan's channels per thread (0 = its plan's\n"
-              "                     choice, 1 = one channel a thread, 2..4 = the tile plan)\n" +
+              "                     choice, 1 = one channel a thread, 2..4 = the tile plan)\n"
+              "  --cublas-workspace=BYTES\n"
+              "                     the cuBLAS workspace of each model (default 33554432 = 32 MiB;\n"
+              "                     65536..1073741824, a multiple of 256; cuBLAS picks its kernels\n"
+              "                     by it, so GEMM times and bits may change)\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
                                                                   "scan-partial-budget", "dt-proj",
-                                                                  "scan-cpt"});
+                                                                  "scan-cpt", "cublas-workspace"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
@@ -539,6 +545,12 @@ int main_impl(int argc, char** argv) {
 
   g.fused_dt = g.flags.get_string("dt-proj", "cublas", {"cublas", "fused"}) == "fused";
   g.scan_cpt = int(g.flags.get_int("scan-cpt", 0, 0, 4));
+  g.cublas_workspace = size_t(g.flags.get_int("cublas-workspace", (long long)gpu::kCublasWorkspaceBytes,
+                                              (long long)gpu::kCublasWorkspaceMin,
+                                              (long long)gpu::kCublasWorkspaceMax));
+  if (g.cublas_workspace % 256 != 0)
+    throw ConfigError("--cublas-workspace=" + std::to_string(g.cublas_workspace) +
+                      ": not a multiple of 256");
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -595,7 +607,11 @@ int main_impl(int argc, char** argv) {
                        ? std::string("fit (the largest budget whose workspace fits in the "
                                      "o_dn|dH_typed scratch it shares)")
                    : g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
-                                           : std::string("0 (the scan's default, 1 GiB)"));
+                                           : std::string("0 (the scan's default, 512 MiB)"));
+  AddCustomContext("cublas_workspace_bytes",
+                   std::to_string(g.cublas_workspace) +
+                       (g.cublas_workspace == gpu::kCublasWorkspaceBytes ? " (the default)"
+                                                                         : " (--cublas-workspace)"));
   AddCustomContext("scan_channels_per_thread",
                    g.scan_cpt ? std::to_string(g.scan_cpt) + " (forced)"
                               : std::string("0 (the scan's plan, scan::geometry)"));

@@ -132,14 +132,15 @@ void check_cublas(cublasStatus_t s, const char* call, const std::string& ctx) {
 
 // ---- DeviceContext ---------------------------------------------------------------------
 
-DeviceContext::DeviceContext(int device, GemmMath math) : device_(device), math_(math) {
+DeviceContext::DeviceContext(int device, GemmMath math, size_t cublas_workspace)
+    : device_(device), math_(math) {
   require_device_index(device);
   activate();
   MC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "model stream");
   try {
     MC_CUBLAS_CHECK(cublasCreate(&cublas_), "model cuBLAS handle");
     MC_CUBLAS_CHECK(cublasSetStream(cublas_, stream_), "bind cuBLAS to the model stream");
-    workspace_.allocate(kCublasWorkspaceBytes, "cublas_workspace");
+    workspace_.allocate(cublas_workspace, "cublas_workspace");
     MC_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace_.bytes()),
                     "cuBLAS workspace");
     MC_CUBLAS_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST), "pointer mode");

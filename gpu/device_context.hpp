@@ -26,9 +26,9 @@ void check_cublas(cublasStatus_t s, const char* call, const std::string& ctx);
 
 #define MC_CUBLAS_CHECK(call, ctx) ::mc::gpu::check_cublas((call), #call, (ctx))
 
-// Bytes of the workspace given to cuBLAS (cublasSetWorkspace): fixed, so the
-// algorithm choice (and the bits) do not depend on what else is allocated.
-constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+// The workspace given to cuBLAS (cublasSetWorkspace) is fixed per model
+// (RunOptions::cublas_workspace_bytes, kCublasWorkspaceBytes by default: gpu/model.hpp),
+// so the algorithm choice (and the bits) do not depend on what else is allocated.
 
 class DeviceContext {
  public:
@@ -40,7 +40,7 @@ class DeviceContext {
   // bf16/f16-output GEMM are reduced in f32, never in the output type; no
   // effect on f32-output GEMMs). The compute type of each GEMM (its tier) is
   // chosen per call by Gemm (gemm.hpp).
-  DeviceContext(int device, GemmMath math);
+  DeviceContext(int device, GemmMath math, size_t cublas_workspace = kCublasWorkspaceBytes);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;

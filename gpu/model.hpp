@@ -93,6 +93,12 @@ const char* cublas_compute_name(GemmTier t);        // "CUBLAS_COMPUTE_32F_PEDAN
 // One sentence for reports: the tier, its compute type and what it means.
 std::string describe(GemmTier t);
 
+// The cuBLAS workspace of a model (gpu/device_context.hpp): 32 MiB by default; another size
+// must lie in [kCublasWorkspaceMin, kCublasWorkspaceMax] and be a multiple of 256.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kCublasWorkspaceMin = size_t(64) << 10;
+constexpr size_t kCublasWorkspaceMax = size_t(1) << 30;
+
 // RunOptions::scan_partial_budget: size the scan's dB/dC partials to fit the scratch they share.
 constexpr size_t kScanPartialsFitScratch = ~size_t(0);
 
@@ -122,6 +128,11 @@ struct RunOptions {
   // softplus's own arithmetic, as the unfused one is, so it did not pay on the H200: a tie
   // at dt_rank 48 and 64, 4 % slower at 128 (docs/performance-notes.md, 2026-12-03 evening).
   bool fused_dt_softplus = false;
+  // Bytes of the cuBLAS workspace (gpu/device_context.hpp: 32 MiB by default, within [64 KiB,
+  // 1 GiB], a multiple of 256). cuBLAS chooses kernels by it, so another size may change
+  // GEMM times and bits; for benchmarks that weigh its memory (bench_train_step
+  // --cublas-workspace).
+  size_t cublas_workspace_bytes = kCublasWorkspaceBytes;
   int device = default_device();  // 0 unless select_device() chose another
 };
 

@@ -352,5 +352,27 @@ TEST(ModelRefusals, DConv9NamingTheField) {
   expect_refused(make_cfg(8, 16, 9, 2, 1, 8), "d_conv", "9", "8");
 }
 
+// The cuBLAS workspace option: below, above and off the 256-byte grid, each named with
+// its value and limits, before any device work.
+TEST(ModelRefusals, CublasWorkspaceOutOfRangeNamingTheField) {
+  for (size_t bytes : {size_t(0), size_t(1024), (size_t(1) << 30) + 256, (size_t(4) << 20) + 1}) {
+    gpu::RunOptions opt;
+    opt.cublas_workspace_bytes = bytes;
+    try {
+      gpu::Model m(make_cfg(8, 16, 4, 2, 1, 8), 1, 8, opt);
+      ADD_FAILURE() << "Model accepted cublas_workspace_bytes = " << bytes;
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("cublas_workspace_bytes = " + std::to_string(bytes)), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find(std::to_string(gpu::kCublasWorkspaceMin)), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(gpu::kCublasWorkspaceMax)), std::string::npos) << msg;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "expected ConfigError for cublas_workspace_bytes = " << bytes
+                    << ", got: " << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mc::testing
