@@ -57,6 +57,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -1212,67 +1213,48 @@ TEST(ScanRefusal, ShortWorkspaceNamed) {
   }
 }
 
-// d_delta may be delta itself on the checkpointed route only, and only over the same rows.
-TEST(ScanRefusal, DeltaGradientOverDeltaNamed) {
-  float x = 0;
+// An output written over an input (`pair`: "<out> aliases <in>") is refused on the
+// cross-check routes, naming the pair and the route, and on the checkpointed route when
+// `other_stride` gives the output another row stride than its input.
+void expect_in_place_refused(scan::BwdParams<float> b, const std::string& pair,
+                             const std::function<void(scan::BwdParams<float>&)>& other_stride) {
+  for (Route r : {Route::Chunked, Route::Sequential}) {
+    b.route = r;
+    try {
+      scan::backward<float>(b, nullptr);
+      ADD_FAILURE() << pair << " accepted on " << scan::to_string(r);
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), pair) && contains(e.what(), scan::to_string(r))) << e.what();
+    }
+  }
+  b.route = Route::Checkpointed;
+  other_stride(b);
+  try {
+    scan::backward<float>(b, nullptr);
+    ADD_FAILURE() << pair << " with another row stride accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), pair + " with a different row stride")) << e.what();
+  }
+}
+
+// d_delta may be delta itself, and du may be dy itself, on the checkpointed route only,
+// and only over the same rows.
+TEST(ScanRefusal, GradientsOverTheirInputsNamed) {
+  float x = 0, y = 0, w = 0;
   scan::BwdParams<float> b;
   b.shape = {1, 8, 4, 16};
   b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
   b.a_neg = b.saved = b.D = b.dD = &x;
-  b.d_delta = b.du = {&x, 0};
+  b.d_delta = {&x, 0};
+  b.du = {&w, 0};
   b.dA_log = &x;
   b.dB = b.dC = {&x, 0};
-  for (Route r : {Route::Chunked, Route::Sequential}) {
-    b.route = r;
-    try {
-      scan::backward<float>(b, nullptr);
-      ADD_FAILURE() << "d_delta over delta accepted on " << scan::to_string(r);
-    } catch (const ConfigError& e) {
-      EXPECT_TRUE(contains(e.what(), "d_delta aliases delta") &&
-                  contains(e.what(), scan::to_string(r)))
-          << e.what();
-    }
-  }
-  b.route = Route::Checkpointed;
-  b.d_delta.ld = 5;
-  try {
-    scan::backward<float>(b, nullptr);
-    ADD_FAILURE() << "d_delta over delta with another row stride accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_TRUE(contains(e.what(), "different row stride")) << e.what();
-  }
-}
-
-// du may be dy itself on the checkpointed route only, and only over the same rows.
-TEST(ScanRefusal, InputGradientOverUpstreamGradientNamed) {
-  float x = 0, y = 0, w = 0;
-  scan::BwdParams<float> b;
-  b.shape = {1, 8, 4, 16};
-  b.delta = b.u = b.Bm = b.Cm = {&x, 0};
-  b.a_neg = b.saved = b.D = b.dD = &x;
-  b.d_delta = {&w, 0};
+  expect_in_place_refused(b, "d_delta aliases delta",
+                          [](scan::BwdParams<float>& p) { p.d_delta.ld = 5; });
+  b.d_delta = {&w, 0};  // not over delta this time
   b.dy = {&y, 0};
   b.du = {&y, 0};
-  b.dA_log = &x;
-  b.dB = b.dC = {&x, 0};
-  for (Route r : {Route::Chunked, Route::Sequential}) {
-    b.route = r;
-    try {
-      scan::backward<float>(b, nullptr);
-      ADD_FAILURE() << "du over dy accepted on " << scan::to_string(r);
-    } catch (const ConfigError& e) {
-      EXPECT_TRUE(contains(e.what(), "du aliases dy") && contains(e.what(), scan::to_string(r)))
-          << e.what();
-    }
-  }
-  b.route = Route::Checkpointed;
-  b.du.ld = 5;
-  try {
-    scan::backward<float>(b, nullptr);
-    ADD_FAILURE() << "du over dy with another row stride accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_TRUE(contains(e.what(), "du aliases dy with a different row stride")) << e.what();
-  }
+  expect_in_place_refused(b, "du aliases dy", [](scan::BwdParams<float>& p) { p.du.ld = 5; });
 }
 
 TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
