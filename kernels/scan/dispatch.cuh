@@ -404,6 +404,21 @@ void forward(const FwdParams<T>& p, cudaStream_t stream) {
     legacy_forward<T>(p, stream);
 }
 
+// An output [B*T, di] given as one of the backward's inputs itself: allowed on the
+// checkpointed route only, over the same rows; otherwise a ConfigError naming the pair.
+template <class O, class I>
+void require_in_place_allowed(const char* fn, Route route, const Shape& s, const char* out_name,
+                              const Rows<O>& out, const char* in_name, const Rows<I>& in) {
+  if (static_cast<const void*>(out.p) != static_cast<const void*>(in.p)) return;
+  const std::string pair = std::string(fn) + ": " + out_name + " aliases " + in_name;
+  if (route != Route::Checkpointed)
+    throw ConfigError(pair + ", which route " + scan::to_string(route) +
+                      " does not support (use route checkpointed)");
+  if (scan_detail::effective_ld(fn, out_name, out.ld, s.di) !=
+      scan_detail::effective_ld(fn, in_name, in.ld, s.di))
+    throw ConfigError(pair + " with a different row stride");
+}
+
 template <class T>
 void backward(const BwdParams<T>& p, cudaStream_t stream) {
   using namespace scan_detail;
@@ -427,23 +442,10 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
       (typed_bc && !(p.dB_typed.p && p.dC_typed.p)))
     throw ConfigError(std::string(fn) +
                       ": give exactly one of the pairs (dB, dC) or (dB_typed, dC_typed)");
-  // d_delta over delta: the checkpointed route only, over the same rows
-  if (static_cast<const void*>(p.d_delta.p) == static_cast<const void*>(p.delta.p)) {
-    if (p.route != Route::Checkpointed)
-      throw ConfigError(std::string(fn) + ": d_delta aliases delta, which route " +
-                        scan::to_string(p.route) + " does not support (use route checkpointed)");
-    if (effective_ld(fn, "d_delta", p.d_delta.ld, p.shape.di) !=
-        effective_ld(fn, "delta", p.delta.ld, p.shape.di))
-      throw ConfigError(std::string(fn) + ": d_delta aliases delta with a different row stride");
-  }
-  // du over dy: the same argument (a chunk's dy rows are staged before its du is stored)
-  if (static_cast<const void*>(p.du.p) == static_cast<const void*>(p.dy.p)) {
-    if (p.route != Route::Checkpointed)
-      throw ConfigError(std::string(fn) + ": du aliases dy, which route " +
-                        scan::to_string(p.route) + " does not support (use route checkpointed)");
-    if (effective_ld(fn, "du", p.du.ld, p.shape.di) != effective_ld(fn, "dy", p.dy.ld, p.shape.di))
-      throw ConfigError(std::string(fn) + ": du aliases dy with a different row stride");
-  }
+  // outputs written over inputs: dΔ over Δ, and du over dy (a chunk's rows are staged
+  // before its outputs are stored)
+  require_in_place_allowed(fn, p.route, p.shape, "d_delta", p.d_delta, "delta", p.delta);
+  require_in_place_allowed(fn, p.route, p.shape, "du", p.du, "dy", p.dy);
   const size_t need =
       bwd_workspace_bytes(p.shape, p.route, p.partial_budget, p.channels_per_thread);
   if (p.workspace_bytes < need)

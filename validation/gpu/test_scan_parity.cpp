@@ -567,34 +567,35 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     // d_delta written over delta, and du also written over dy (scan.hpp: the checkpointed
     // route allows both; the training step's backward does both), in one launch and in
     // segments of one chunk: the same bytes.
-    for (size_t budget : {size_t(0), size_t(1)})
-    for (bool du_over_dy : {false, true}) {
-      const std::string il = label + " with d_delta over delta" +
-                             (du_over_dy ? " and du over dy" : "") +
-                             (budget ? " in segments" : "");
-      const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
-      DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
-      fill_nan(ws3);
-      for (auto* t : {&du, &dz}) fill_nan(*t);
-      fill_nan(dB);
-      fill_nan(dC);
-      fill_nan(dh0);
-      MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
-                                    cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
-      if (du_over_dy)
-        MC_CUDA_CHECK(cudaMemcpyAsync(du.get(), dy.get(), size_t(n) * sizeof(T),
-                                      cudaMemcpyDeviceToDevice, kStream), il + ": copy dy");
-      dD.upload(in.dD0.data(), in.dD0.size(), kStream);
-      dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
-      scan::BwdParams<T> b3 = b;
-      b3.delta = {d_delta.get(), 0};
-      if (du_over_dy) b3.dy = {du.get(), 0};
-      b3.workspace = ws3.get();
-      b3.workspace_bytes = ws_n;
-      b3.partial_budget = budget;
-      b3.dh0 = dh0.get();
-      scan::backward<T>(b3, kStream);
-      expect_same_backward(il, true);
+    for (size_t budget : {size_t(0), size_t(1)}) {
+      for (bool du_over_dy : {false, true}) {
+        const std::string il = label + " with d_delta over delta" +
+                               (du_over_dy ? " and du over dy" : "") +
+                               (budget ? " in segments" : "");
+        const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
+        DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
+        fill_nan(ws3);
+        for (auto* t : {&du, &dz}) fill_nan(*t);
+        fill_nan(dB);
+        fill_nan(dC);
+        fill_nan(dh0);
+        MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
+                                      cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
+        if (du_over_dy)
+          MC_CUDA_CHECK(cudaMemcpyAsync(du.get(), dy.get(), size_t(n) * sizeof(T),
+                                        cudaMemcpyDeviceToDevice, kStream), il + ": copy dy");
+        dD.upload(in.dD0.data(), in.dD0.size(), kStream);
+        dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+        scan::BwdParams<T> b3 = b;
+        b3.delta = {d_delta.get(), 0};
+        if (du_over_dy) b3.dy = {du.get(), 0};
+        b3.workspace = ws3.get();
+        b3.workspace_bytes = ws_n;
+        b3.partial_budget = budget;
+        b3.dh0 = dh0.get();
+        scan::backward<T>(b3, kStream);
+        expect_same_backward(il, true);
+      }
     }
   }
   MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + label);
