@@ -127,16 +127,20 @@ inline McaStore& mca_store_mode() {
   static McaStore m = McaStore::Random;
   return m;
 }
-class ScopedMcaStore {
+
+// Sets the process-wide mode that `slot()` holds for the scope, and restores it.
+template <class Mode, Mode& (*slot)()>
+class ScopedMode {
  public:
-  explicit ScopedMcaStore(McaStore m) : old_(mca_store_mode()) { mca_store_mode() = m; }
-  ~ScopedMcaStore() { mca_store_mode() = old_; }
-  ScopedMcaStore(const ScopedMcaStore&) = delete;
-  ScopedMcaStore& operator=(const ScopedMcaStore&) = delete;
+  explicit ScopedMode(Mode m) : old_(slot()) { slot() = m; }
+  ~ScopedMode() { slot() = old_; }
+  ScopedMode(const ScopedMode&) = delete;
+  ScopedMode& operator=(const ScopedMode&) = delete;
 
  private:
-  McaStore old_;
+  Mode old_;
 };
+using ScopedMcaStore = ScopedMode<McaStore, mca_store_mode>;
 
 // How ordered_gemm<Mca> (gemm.hpp) perturbs a GEMM. PerOperation (the default):
 // every product and every addition of each dot product gets its own ±u draw, as
@@ -157,16 +161,7 @@ class ScopedMcaStore {
 enum class McaGemm { PerOperation, Moments };
 constexpr int64_t kMcaMomentsMinTerms = 64;
 McaGemm& mca_gemm_mode();  // reference_cpu/gemm.cpp
-class ScopedMcaGemm {
- public:
-  explicit ScopedMcaGemm(McaGemm m) : old_(mca_gemm_mode()) { mca_gemm_mode() = m; }
-  ~ScopedMcaGemm() { mca_gemm_mode() = old_; }
-  ScopedMcaGemm(const ScopedMcaGemm&) = delete;
-  ScopedMcaGemm& operator=(const ScopedMcaGemm&) = delete;
-
- private:
-  McaGemm old_;
-};
+using ScopedMcaGemm = ScopedMode<McaGemm, mca_gemm_mode>;
 
 // Storage::q on an MCA value (mca_store_mode() says how).
 inline Mca round_to(DType t, Mca x) {
