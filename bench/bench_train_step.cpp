@@ -545,12 +545,9 @@ int main_impl(int argc, char** argv) {
 
   g.fused_dt = g.flags.get_string("dt-proj", "cublas", {"cublas", "fused"}) == "fused";
   g.scan_cpt = int(g.flags.get_int("scan-cpt", 0, 0, 4));
-  g.cublas_workspace = size_t(g.flags.get_int("cublas-workspace", (long long)gpu::kCublasWorkspaceBytes,
-                                              (long long)gpu::kCublasWorkspaceMin,
-                                              (long long)gpu::kCublasWorkspaceMax));
-  if (g.cublas_workspace % 256 != 0)
-    throw ConfigError("--cublas-workspace=" + std::to_string(g.cublas_workspace) +
-                      ": not a multiple of 256");
+  g.cublas_workspace = size_t(g.flags.get_int(
+      "cublas-workspace", (long long)gpu::kCublasWorkspaceBytes, 0, (long long)(1) << 40));
+  gpu::require_cublas_workspace_bytes("--cublas-workspace", g.cublas_workspace);
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)

@@ -11,7 +11,8 @@ namespace mc::gpu {
 
 struct Model::Impl {
   Impl(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& o)
-      : dims(Dims::from(cfg)), layout(dims), opt(o), B(B), T(T), ctx(o.device, o.gemm, o.cublas_workspace_bytes) {
+      : dims(Dims::from(cfg)), layout(dims), opt(o), B(B), T(T),
+        ctx(o.device, o.gemm, o.cublas_workspace_bytes) {
     pipe = make_pipeline(ctx, layout, B, T, opt);
   }
   ~Impl() {
@@ -32,6 +33,14 @@ struct Model::Impl {
   bool have_params = false;  // set_params was called
 };
 
+void require_cublas_workspace_bytes(const char* field, size_t bytes) {
+  if (bytes >= kCublasWorkspaceMin && bytes <= kCublasWorkspaceMax && bytes % 256 == 0) return;
+  std::ostringstream os;
+  os << field << " = " << bytes << " violates " << kCublasWorkspaceMin
+     << " <= cublas_workspace_bytes <= " << kCublasWorkspaceMax << ", a multiple of 256";
+  throw ConfigError(os.str());
+}
+
 namespace {
 
 // Host vector of the wrong size: a ConfigError naming the argument and both sizes.
@@ -50,13 +59,7 @@ void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& op
   validate_runtime(d, B, T);
   // the scan route's own limits (d_state per implementation), before any device work
   kern::scan::check_shape(kern::scan::Shape{B, T, d.di, d.ds}, scan_route(opt.scan, d.ds));
-  const size_t ws = opt.cublas_workspace_bytes;
-  if (ws < kCublasWorkspaceMin || ws > kCublasWorkspaceMax || ws % 256 != 0) {
-    std::ostringstream os;
-    os << "RunOptions::cublas_workspace_bytes = " << ws << " violates " << kCublasWorkspaceMin
-       << " <= cublas_workspace_bytes <= " << kCublasWorkspaceMax << ", a multiple of 256";
-    throw ConfigError(os.str());
-  }
+  require_cublas_workspace_bytes("RunOptions::cublas_workspace_bytes", opt.cublas_workspace_bytes);
   std::string reason;
   if (!gpu_available(&reason)) throw GpuUnavailable(reason);
 }

@@ -98,6 +98,9 @@ std::string describe(GemmTier t);
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 constexpr size_t kCublasWorkspaceMin = size_t(64) << 10;
 constexpr size_t kCublasWorkspaceMax = size_t(1) << 30;
+// ConfigError naming `field` (e.g. "RunOptions::cublas_workspace_bytes"), the value and
+// the limits unless `bytes` is a workspace size a model accepts.
+void require_cublas_workspace_bytes(const char* field, size_t bytes);
 
 // RunOptions::scan_partial_budget: size the scan's dB/dC partials to fit the scratch they share.
 constexpr size_t kScanPartialsFitScratch = ~size_t(0);

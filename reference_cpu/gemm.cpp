@@ -508,12 +508,12 @@ GemmPath gemm_auto_path() {
   static const GemmPath p = [] {
     const char* e = std::getenv("MC_ORACLE_GEMM");
     const std::string want = e ? e : "";
+    const GemmPath widest = cpu_has_avx512f() ? GemmPath::Avx512
+                            : cpu_has_avx2()  ? GemmPath::Avx2
+                                              : GemmPath::Baseline;
+    if (want.empty() || want == "avx512") return widest;
+    if (want == "avx2") return cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline;
     if (want == "baseline") return GemmPath::Baseline;
-    if (want == "avx2" || (want.empty() && !cpu_has_avx512f()))
-      return cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline;
-    if (want == "avx512" || want.empty())
-      return cpu_has_avx512f() ? GemmPath::Avx512
-                               : (cpu_has_avx2() ? GemmPath::Avx2 : GemmPath::Baseline);
     throw std::runtime_error("MC_ORACLE_GEMM='" + want +
                              "': expected 'baseline', 'avx2' or 'avx512' (or unset: the widest "
                              "this CPU has)");
