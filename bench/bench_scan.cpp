@@ -74,26 +74,38 @@ bool has_bwd(Op o) { return o != Op::Fwd; }
 // A route and its exponential ("checkpointed-hw", "checkpointed-acc", "chunked",
 // "sequential"); a checkpointed route may force its channels per thread with a ":cpt1"
 // (one channel a thread) .. ":cpt4" suffix (2..4: the d_state <= 16 tile plan; the plan's
-// own choice otherwise).
+// own choice otherwise), and save one state per group of N chunks with ":gN" (scan.hpp,
+// grouped checkpoints; N >= 2), e.g. "checkpointed-hw:cpt1:g64".
 struct Run {
   scan::Route route;
   scan::ExpMath exp;
   int cpt = 0;
+  int64_t group = 1;  // chunks per saved state
 };
 std::string run_name(const Run& r) {
   if (r.route != scan::Route::Checkpointed) return to_string(r.route);
   return std::string("checkpointed-") + (r.exp == scan::ExpMath::Hardware ? "hw" : "acc") +
-         (r.cpt ? ":cpt" + std::to_string(r.cpt) : "");
+         (r.cpt ? ":cpt" + std::to_string(r.cpt) : "") +
+         (r.group != 1 ? ":g" + std::to_string(r.group) : "");
 }
 Run parse_run(const std::string& spec) {
   std::string s = spec;
   int cpt = 0;
-  const size_t colon = s.find(":cpt");
-  if (colon != std::string::npos) {
-    const std::string v = s.substr(colon + 4);
-    if (v != "1" && v != "2" && v != "3" && v != "4")
-      throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt1 .. :cpt4");
-    cpt = std::stoi(v);
+  int64_t group = 1;
+  for (size_t colon = s.rfind(':'); colon != std::string::npos; colon = s.rfind(':')) {
+    const std::string v = s.substr(colon + 1);
+    if (v.rfind("cpt", 0) == 0) {
+      if (v != "cpt1" && v != "cpt2" && v != "cpt3" && v != "cpt4")
+        throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt1 .. :cpt4");
+      cpt = std::stoi(v.substr(3));
+    } else if (v.size() > 1 && v[0] == 'g' &&
+               v.find_first_not_of("0123456789", 1) == std::string::npos && v.size() < 10) {
+      group = std::stoll(v.substr(1));
+      if (group < 2)
+        throw ConfigError("routes: '" + spec + "': the checkpoint group suffix is :gN, N >= 2");
+    } else {
+      throw ConfigError("routes: '" + spec + "': suffix ':" + v + "' is not :cpt1..:cpt4 or :gN");
+    }
     s = s.substr(0, colon);
   }
   Run r;
@@ -104,9 +116,10 @@ Run parse_run(const std::string& spec) {
   else
     throw ConfigError("routes: '" + spec +
                       "' is not one of checkpointed-hw|checkpointed-acc|chunked|sequential");
-  if (cpt && r.route != scan::Route::Checkpointed)
-    throw ConfigError("routes: '" + spec + "': :cpt applies to the checkpointed routes");
+  if ((cpt || group != 1) && r.route != scan::Route::Checkpointed)
+    throw ConfigError("routes: '" + spec + "': :cpt and :g apply to the checkpointed routes");
   r.cpt = cpt;
+  r.group = group;
   return r;
 }
 
@@ -193,8 +206,9 @@ size_t g_partial_budget = 0;
 // and, with a backward, its workspace.
 size_t case_scan_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const scan::Shape s{B, c.T, di, c.ds};
-  return 4 * scan::saved_floats(s, c.run.route) +
-         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route, g_partial_budget, c.run.cpt)
+  return 4 * scan::saved_floats(s, c.run.route, c.run.group) +
+         (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route, g_partial_budget, c.run.cpt,
+                                                    c.run.group)
                         : 0);
 }
 
@@ -217,8 +231,9 @@ size_t case_min_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const scan::Shape s{B, c.T, di, c.ds};
   const int e = elem_bytes(c.dtype);
   size_t n = 0;
-  if (has_fwd(c.op)) n += scan::forward_traffic(s, c.run.route, e, /*save=*/true).min_bytes;
-  if (has_bwd(c.op)) n += scan::backward_traffic(s, c.run.route, e).min_bytes;
+  if (has_fwd(c.op))
+    n += scan::forward_traffic(s, c.run.route, e, /*save=*/true, c.run.group).min_bytes;
+  if (has_bwd(c.op)) n += scan::backward_traffic(s, c.run.route, e, c.run.group).min_bytes;
   return n;
 }
 
@@ -226,8 +241,9 @@ size_t case_impl_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const scan::Shape s{B, c.T, di, c.ds};
   const int e = elem_bytes(c.dtype);
   size_t n = case_min_bytes(c, B, di);
-  if (has_fwd(c.op)) n += scan::forward_traffic(s, c.run.route, e, /*save=*/true).route_bytes;
-  if (has_bwd(c.op)) n += scan::backward_traffic(s, c.run.route, e).route_bytes;
+  if (has_fwd(c.op))
+    n += scan::forward_traffic(s, c.run.route, e, /*save=*/true, c.run.group).route_bytes;
+  if (has_bwd(c.op)) n += scan::backward_traffic(s, c.run.route, e, c.run.group).route_bytes;
   return n;
 }
 
@@ -316,7 +332,7 @@ class TypedScanRun final : public ScanRun {
     D_ = DeviceBuffer(size_t(di) * 4, "D [di]");
     h_ = DeviceBuffer(size_t(B * di * ds) * 4, "h [B,di,ds]");
     h0_ = DeviceBuffer(size_t(B * di * ds) * 4, "h0 [B,di,ds]");
-    saved_ = DeviceBuffer(scan::saved_floats(shape_, c.run.route) * 4,
+    saved_ = DeviceBuffer(scan::saved_floats(shape_, c.run.route, c.run.group) * 4,
                           std::string("saved states (") + run_name(c.run) + ")");
     if (has_bwd(c.op)) {
       dy_ = DeviceBuffer(size_t(BT * di) * e, "dy [B,T,di]");
@@ -327,7 +343,8 @@ class TypedScanRun final : public ScanRun {
       dD_ = DeviceBuffer(size_t(di) * 4, "dD [di]");
       dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
       const size_t ws_bytes =
-          scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget, c.run.cpt);
+          scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget, c.run.cpt,
+                                    c.run.group);
       ws_ = DeviceBuffer(std::max<size_t>(1, ws_bytes), "scan backward workspace");
     }
     fill_inputs(s);
@@ -383,6 +400,7 @@ class TypedScanRun final : public ScanRun {
     p.route = c_.run.route;
     p.exp = c_.run.exp;
     p.channels_per_thread = c_.run.cpt;
+    p.checkpoint_group = c_.run.group;
     p.delta = {delta_.as<T>(), 0};
     p.u = {u_.as<T>(), 0};
     p.Bm = {Bm_.as<T>(), 0};
@@ -667,7 +685,9 @@ int main_impl(int argc, char** argv) {
               "  --cases=T:DS,...   the (T, d_state) pairs (default 512:16,2048:16,8192:16,2048:256)\n"
               "  --routes=R,...     of checkpointed-hw, checkpointed-acc, chunked, sequential;\n"
               "                     a checkpointed route with :cpt1..:cpt4 forces its channels\n"
-              "                     per thread (2..4: the tile plan, d_state <= 16)\n"
+              "                     per thread (2..4: the tile plan, d_state <= 16), and with\n"
+              "                     :gN saves one state per group of N chunks (grouped\n"
+              "                     checkpoints: the backward refills them), e.g. checkpointed-hw:g64\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +

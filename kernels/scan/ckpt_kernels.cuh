@@ -237,7 +237,9 @@ struct CkptFwdArgs {
   int64_t ld_z;
   const float* h0;
   float* h_final;
-  float* ckpt;  // [B, n_ckpt, di, ds] or null
+  float* ckpt;  // [B, n_saved, di, ds] or null: the states before chunks 0, G, 2G, ...
+  int64_t ckpt_group;  // G: chunks per saved state (scan.hpp, grouped checkpoints)
+  int64_t n_saved;     // ceil(n_ckpt / G)
   V* y;
   int64_t ld_y;
 };
@@ -258,7 +260,10 @@ struct CkptBwdArgs {
   const float* D;
   const V* z;
   int64_t ld_z;
+  // chunk c's state: ckpt[b, c - ckpt_c0, d, :] of [B, ckpt_slots, di, ds] (the forward's
+  // saved states: c0 = 0, slots = n_ckpt; grouped: the refilled group's, c0 = its first chunk)
   const float* ckpt;
+  int64_t ckpt_c0, ckpt_slots;
   const V* dy;
   int64_t ld_dy;
   const float* dh_final;
@@ -409,9 +414,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   const int64_t row0 = m.b * p.T;
   const int64_t n_stage = (p.T + KF - 1) / KF;
   const bool saves = p.ckpt && m.dvalid && m.nvalid > 0;
-  // this thread's checkpoint row of chunk 0; chunk i is i·ckpt_step further
-  float* ckpt_row = saves ? p.ckpt + ((m.b * g.n_ckpt) * p.di + m.d) * p.ds + m.n0 : nullptr;
+  // this thread's row of saved state 0; the state before chunk next_save goes there next,
+  // then the row moves ckpt_step on and next_save ckpt_group on
+  float* ckpt_row = saves ? p.ckpt + ((m.b * p.n_saved) * p.di + m.d) * p.ds + m.n0 : nullptr;
   const int64_t ckpt_step = p.di * p.ds;
+  int64_t next_save = 0;
   zero_bc_padding<T>(bct(0, 0), KF, DP, p.ds);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
@@ -463,10 +470,13 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     float ys[KF];
 #pragma unroll
     for (int k = 0; k < KF; ++k) {  // branch-free: steps past T leave h unchanged
-      if (k % K == 0) {  // the state before step t0 + k: checkpoint (t0 + k) / K
+      if (k % K == 0) {  // the state before step t0 + k: chunk (t0 + k) / K
         const int64_t ci = c * FS + k / K;
-        if (saves && ci < g.n_ckpt)
-          store_states<S>(ckpt_row + ci * ckpt_step, g.vec_state, m.nvalid, h);
+        if (saves && ci == next_save && ci < g.n_ckpt) {
+          store_states<S>(ckpt_row, g.vec_state, m.nvalid, h);
+          ckpt_row += ckpt_step;
+          next_save += p.ckpt_group;
+        }
       }
       const float dl = sc_delta[k * SL + m.ch];
       const float du = sc_du[k * SL + m.ch];
@@ -664,8 +674,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
     float hck[S];
-    load_states<S>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d) * p.ds + m.n0, g.vec_state,
-                   m.nvalid, hck);
+    load_states<S>(p.ckpt + ((m.b * p.ckpt_slots + (c - p.ckpt_c0)) * p.di + m.d) * p.ds + m.n0,
+                   g.vec_state, m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if (c > p.c_lo) stage(c - 1, bf ^ 1, true, !SB);  // copies overlap this chunk's math

@@ -38,18 +38,28 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread 
 // that the dB and dC partials of one segment, [B, seg_rows, nblk_d, ds] f32 each, fit
 // the budget (at least one chunk per segment, whatever the budget). `pl` is the
 // backward's plan of the shape.
+// With grouped checkpoints (scan.hpp) the chunks are walked in groups of `group`; a
+// segment never crosses a group's edge, so each group holds ceil(group / chunks) of them.
 struct CkptSegments {
-  int64_t chunks = 1;    // checkpoint chunks per segment (the last may have fewer)
-  int64_t count = 1;     // segments = ceil(n_ckpt / chunks)
+  int64_t chunks = 1;    // checkpoint chunks per segment (the last of a group may have fewer)
+  int64_t count = 1;     // segments in all
   int64_t rows = 0;      // partial rows per sample = min(T, chunks·K)
+  int64_t group = 1;     // chunks per saved state (1 = every chunk's state saved)
+  int64_t span = 0;      // chunks per group walk: group, or n_ckpt when group = 1
+  int64_t n_saved = 0;   // saved states per sample = ceil(n_ckpt / group)
+  bool refill() const { return group > 1; }
 };
-CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget);
+CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
+                           int64_t checkpoint_group = 1);
+// Saved states per sample of a forward with `checkpoint_group` (ConfigError below 1).
+int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group);
 
 // Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,
-// dD_part, carry (only with more than one segment); off[5] = total. Each part
-// 256-byte aligned. `pl`, `sg`: the backward's plan and segments of the shape.
+// dD_part, carry (only with more than one segment), the group's chunk states (only
+// with group > 1: [B, group, di, ds]); off[6] = total. Each part 256-byte aligned.
+// `pl`, `sg`: the backward's plan and segments of the shape.
 void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const CkptSegments& sg,
-                            size_t off[6]);
+                            size_t off[7]);
 
 [[noreturn]] void fail(const char* fn, const char* field, int64_t value, const char* relation,
                        int64_t limit, const char* why = "");

@@ -12,6 +12,7 @@
 #include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
 #include "kernels/scan/tile_kernels.cuh"
+#include "kernels/scan/refill_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
 namespace mc::kern::scan_detail {
@@ -92,6 +93,9 @@ CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p) {
   a.h0 = p.h0;
   a.h_final = p.h_final;
   a.ckpt = p.saved;
+  const CkptPlan fwd_plan = ckpt_plan(s, false, p.channels_per_thread);
+  a.n_saved = ckpt_saved_per_sample(fwd_plan, p.checkpoint_group);
+  a.ckpt_group = std::min<int64_t>(p.checkpoint_group, fwd_plan.n_ckpt);
   a.y = p.y.p;
   a.ld_y = effective_ld(fn, "y", p.y.ld, s.di);
   return a;
@@ -181,7 +185,7 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
                              const CkptSegments& sg) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::backward";
-  size_t off[6];
+  size_t off[7];
   ckpt_workspace_offsets(s, pl, sg, off);
   char* ws = static_cast<char*>(p.workspace);
   CkptBwdArgs<T> a;
@@ -202,7 +206,9 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   a.D = p.D;
   a.z = p.z.p;
   a.ld_z = p.z.p ? effective_ld(fn, "z", p.z.ld, s.di) : 0;
-  a.ckpt = p.saved;
+  a.ckpt = p.saved;  // grouped: set per group by ckpt_backward_segments
+  a.ckpt_c0 = 0;
+  a.ckpt_slots = pl.n_ckpt;
   a.dy = p.dy.p;
   a.ld_dy = effective_ld(fn, "dy", p.dy.ld, s.di);
   a.dh_final = p.dh_final;
@@ -222,9 +228,54 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   return a;
 }
 
+// The refill of grouped checkpoints (refill_kernels.cuh): the states before chunks
+// c_lo .. c_hi-1 into `dense` [B, slots, di, ds], from the forward's saved state of c_lo.
+template <class T>
+void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSegments& sg,
+                   const CkptBwdArgs<T>& a, float* dense, int64_t c_lo, int64_t c_hi,
+                   cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  CkptRefillArgs<T> r;
+  r.B = s.B;
+  r.T = s.T;
+  r.di = s.di;
+  r.ds = s.ds;
+  r.K = pl.K;
+  r.delta = a.delta;
+  r.ld_delta = a.ld_delta;
+  r.delta_bias = a.delta_bias;
+  r.u = a.u;
+  r.ld_u = a.ld_u;
+  r.Bm = a.Bm;
+  r.ld_B = a.ld_B;
+  r.a_neg = a.a_neg;
+  r.saved = p.saved;
+  r.n_saved = sg.n_saved;
+  r.group = sg.group;
+  r.dense = dense;
+  r.slots = sg.group;
+  r.c_lo = c_lo;
+  r.c_hi = c_hi;
+  // 4 B values a load: the row start and stride keep every 4-element group aligned
+  r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
+            a.ld_B % 4 == 0;
+  r.vec_state = s.ds % 4 == 0;
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name =
+      std::string("ckpt_refill_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
+  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
+      block{unsigned(kRefillThreads)};
+  auto* k = e == scan::ExpMath::Hardware ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware>
+                                         : &ckpt_refill_kernel<T, scan::ExpMath::Accurate>;
+  launch(k, grid, block, 0, st, r);
+  MC_LAUNCH_CHECK(name.c_str());
+}
+
 // Segments from the last to the first: each walks its chunks back from the carries the
 // later one left (`launch_segment` with a.c_lo, a.c_hi set), then its rows of dB/dC are
-// reduced before the next reuses the partials; then dA_log and dD over the samples.
+// reduced before the next reuses the partials; then dA_log and dD over the samples. With
+// grouped checkpoints the segments go group by group, each group's chunk states refilled
+// into the workspace before its first (= last in time) segment.
 template <class T, class LaunchSegment>
 void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
                             const CkptSegments& sg, CkptBwdArgs<T>& a,
@@ -243,13 +294,26 @@ void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
       launch_reduce_bc<T>(a.dB_part, a.dC_part, p.dB_typed.p, ld_db, p.dC_typed.p, ld_dc, pr, st);
   };
   PartialRows pr = partial_rows(s.B, s.T, sg.rows, pl.nblk_d, s.ds);
-  for (int64_t seg = sg.count - 1; seg >= 0; --seg) {
-    a.c_lo = seg * sg.chunks;
-    a.c_hi = std::min<int64_t>(pl.n_ckpt, a.c_lo + sg.chunks);
-    launch_segment();
-    pr.t0 = a.c_lo * pl.K;
-    pr.rows = std::min<int64_t>(s.T, a.c_hi * pl.K) - pr.t0;
-    reduce_bc(pr);
+  size_t off[7];
+  ckpt_workspace_offsets(s, pl, sg, off);
+  float* dense = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + off[5]);
+  const int64_t n_groups = (pl.n_ckpt + sg.span - 1) / sg.span;
+  for (int64_t grp = n_groups - 1; grp >= 0; --grp) {
+    const int64_t g_lo = grp * sg.span, g_hi = std::min<int64_t>(pl.n_ckpt, g_lo + sg.span);
+    if (sg.refill()) {
+      launch_refill(p, pl, sg, a, dense, g_lo, g_hi, st);
+      a.ckpt = dense;
+      a.ckpt_c0 = g_lo;
+      a.ckpt_slots = sg.group;
+    }
+    for (int64_t seg = (g_hi - g_lo + sg.chunks - 1) / sg.chunks - 1; seg >= 0; --seg) {
+      a.c_lo = g_lo + seg * sg.chunks;
+      a.c_hi = std::min<int64_t>(g_hi, a.c_lo + sg.chunks);
+      launch_segment();
+      pr.t0 = a.c_lo * pl.K;
+      pr.rows = std::min<int64_t>(s.T, a.c_hi * pl.K) - pr.t0;
+      reduce_bc(pr);
+    }
   }
   launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
 }
@@ -257,7 +321,7 @@ void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
 template <class T, int S, int L, int K>
 void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
@@ -283,7 +347,7 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
 template <class T, int DT>
 void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget);
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   TileGeom g = tile_geom(pl, s);
   g.async_bc = async_bc(a);
@@ -387,6 +451,16 @@ void legacy_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
 
 namespace mc::kern::scan {
 
+// checkpoint_group: >= 1, and 1 off the checkpointed route (ConfigError naming it).
+inline void require_checkpoint_group(const char* fn, Route route, int64_t group) {
+  if (group < 1)
+    scan_detail::fail(fn, "checkpoint_group", group, ">=", 1,
+                      "chunks per saved state; 1 = every chunk's state saved");
+  if (route != Route::Checkpointed && group != 1)
+    scan_detail::fail(fn, "checkpoint_group", group, "==", 1,
+                      "grouped checkpoints are a checkpointed-route setting");
+}
+
 template <class T>
 void forward(const FwdParams<T>& p, cudaStream_t stream) {
   using namespace scan_detail;
@@ -398,6 +472,7 @@ void forward(const FwdParams<T>& p, cudaStream_t stream) {
   require_ptr(fn, "Cm", p.Cm.p);
   require_ptr(fn, "a_neg", p.a_neg);
   require_ptr(fn, "y", p.y.p);
+  require_checkpoint_group(fn, p.route, p.checkpoint_group);
   if (p.route == Route::Checkpointed)
     ckpt_forward<T>(p, stream);
   else
@@ -446,8 +521,9 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
   // before its outputs are stored)
   require_in_place_allowed(fn, p.route, p.shape, "d_delta", p.d_delta, "delta", p.delta);
   require_in_place_allowed(fn, p.route, p.shape, "du", p.du, "dy", p.dy);
-  const size_t need =
-      bwd_workspace_bytes(p.shape, p.route, p.partial_budget, p.channels_per_thread);
+  require_checkpoint_group(fn, p.route, p.checkpoint_group);
+  const size_t need = bwd_workspace_bytes(p.shape, p.route, p.partial_budget,
+                                          p.channels_per_thread, p.checkpoint_group);
   if (p.workspace_bytes < need)
     fail(fn, "workspace_bytes", int64_t(p.workspace_bytes), ">=", int64_t(need),
          "bwd_workspace_bytes()");

@@ -37,28 +37,70 @@ void check_shape(const Shape& s, Route r) {
   }
 }
 
-size_t saved_floats(const Shape& s, Route r) {
+namespace {
+// checkpoint_group is a checkpointed-route setting: 1 elsewhere (ConfigError otherwise).
+void check_group_route(Route r, int64_t checkpoint_group) {
+  if (r != Route::Checkpointed && checkpoint_group != 1)
+    scan_detail::fail("scan", "checkpoint_group", checkpoint_group, "==", 1,
+                      "grouped checkpoints are a checkpointed-route setting");
+}
+}  // namespace
+
+size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group) {
+  check_group_route(r, checkpoint_group);
   if (r == Route::Checkpointed)
-    return size_t(s.B) * size_t(scan_detail::ckpt_plan(s, false).n_ckpt) * size_t(s.di) *
-           size_t(s.ds);
+    return size_t(s.B) *
+           size_t(scan_detail::ckpt_saved_per_sample(scan_detail::ckpt_plan(s, false),
+                                                     checkpoint_group)) *
+           size_t(s.di) * size_t(s.ds);
   return size_t(s.B) * size_t(s.T + 1) * size_t(s.di) * size_t(s.ds);
 }
 
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget,
-                           int channels_per_thread) {
+                           int channels_per_thread, int64_t checkpoint_group) {
+  check_group_route(r, checkpoint_group);
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
-    size_t off[6];
-    scan_detail::ckpt_workspace_offsets(s, pl, scan_detail::ckpt_segments(s, pl, partial_budget),
-                                        off);
-    return off[5];
+    size_t off[7];
+    scan_detail::ckpt_workspace_offsets(
+        s, pl, scan_detail::ckpt_segments(s, pl, partial_budget, checkpoint_group), off);
+    return off[6];
   }
   return scan_bwd_scratch_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds});
 }
 
+size_t group_partial_budget(const Shape& s, Route r, int64_t checkpoint_group,
+                            int channels_per_thread) {
+  check_group_route(r, checkpoint_group);
+  if (r != Route::Checkpointed) return 0;
+  const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
+  const int64_t g = std::min<int64_t>(std::max<int64_t>(checkpoint_group, 1), pl.n_ckpt);
+  // dB and dC partials of g chunks of every sample (ckpt_segments' unit)
+  return 2 * size_t(s.B) * size_t(pl.K) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float) *
+         size_t(g);
+}
+
+int64_t max_checkpoint_group(const Shape& s, Route r, size_t bytes, int channels_per_thread) {
+  if (r != Route::Checkpointed) return 1;
+  const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
+  auto fits = [&](int64_t g) {
+    return bwd_workspace_bytes(s, r, group_partial_budget(s, r, g, channels_per_thread),
+                               channels_per_thread, g) <= bytes;
+  };
+  if (pl.n_ckpt < 2 || !fits(2)) return 1;
+  int64_t lo = 2, hi = pl.n_ckpt;  // fits(lo); the workspace grows with the group
+  if (fits(hi)) return hi;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
-                  int channels_per_thread) {
+                  int channels_per_thread, int64_t checkpoint_group) {
   check_shape(s, r);
+  check_group_route(r, checkpoint_group);
   Geometry g;
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, backward, channels_per_thread);
@@ -72,10 +114,14 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
     g.blocks = pl.blocks;
     g.smem_bytes = pl.smem_bytes;
     g.reduce_groups = backward ? pl.nblk_d : 0;
+    const scan_detail::CkptSegments sg =
+        scan_detail::ckpt_segments(s, pl, partial_budget, checkpoint_group);
+    g.checkpoint_group = sg.group;
+    g.n_saved = sg.n_saved;
     if (backward) {
-      const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, pl, partial_budget);
       g.segments = sg.count;
       g.segment_chunks = sg.chunks;
+      g.refills = sg.refill() ? (pl.n_ckpt + sg.group - 1) / sg.group : 0;
     }
   } else {
     const ScanGeometry lg =
@@ -92,21 +138,29 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
   return g;
 }
 
-Traffic forward_traffic(const Shape& s, Route r, int e, bool save) {
+Traffic forward_traffic(const Shape& s, Route r, int e, bool save, int64_t checkpoint_group) {
   const double BT = double(s.B) * double(s.T), di = double(s.di), ds = double(s.ds);
   Traffic t;
   t.min_bytes = size_t(3 * BT * di * e + 2 * BT * ds * e + 4 * (2 * s.B * di * ds + di * ds + di));
-  if (save) t.route_bytes = 4 * saved_floats(s, r);
+  if (save) t.route_bytes = 4 * saved_floats(s, r, checkpoint_group);
   t.exps = BT * di * ds;
   return t;
 }
 
-Traffic backward_traffic(const Shape& s, Route r, int e) {
+Traffic backward_traffic(const Shape& s, Route r, int e, int64_t checkpoint_group) {
   const double BT = double(s.B) * double(s.T), di = double(s.di), ds = double(s.ds);
   Traffic t;
   t.min_bytes =
       size_t(5 * BT * di * e + 2 * BT * ds * e + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
-  t.route_bytes = 4 * saved_floats(s, r);
+  t.route_bytes = 4 * saved_floats(s, r, checkpoint_group);
+  if (r == Route::Checkpointed && scan_detail::ckpt_segments(
+                                      s, scan_detail::ckpt_plan(s, true), 0, checkpoint_group)
+                                      .refill()) {
+    // the refill: δ, u, B read again; every chunk state written, then read by the walk
+    const double n_ckpt = double(scan_detail::ckpt_plan(s, true).n_ckpt);
+    t.route_bytes += size_t(BT * (2 * di + ds) * e + 2 * 4 * double(s.B) * n_ckpt * di * ds);
+    t.exps += BT * di * ds;
+  }
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true);
     // dB/dC block partials written and read once; per-sample dA_log/dD partials likewise
@@ -115,7 +169,7 @@ Traffic backward_traffic(const Shape& s, Route r, int e) {
     // between segments the carries (dh, dAn, dal, dD) are written and read once each
     const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, pl, 0);
     t.route_bytes += size_t(sg.count - 1) * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(3 * s.ds + 1);
-    t.exps = 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
+    t.exps += 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
   } else {
     t.route_bytes +=
         scan_bwd_extra_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds}, r == Route::Chunked);
@@ -227,20 +281,34 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread)
   return pl;
 }
 
-CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget) {
+int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
+  if (checkpoint_group < 1)
+    fail("scan", "checkpoint_group", checkpoint_group, ">=", 1,
+         "chunks per saved state; 1 = every chunk's state saved");
+  const int64_t g = std::min<int64_t>(checkpoint_group, pl.n_ckpt);
+  return (pl.n_ckpt + g - 1) / g;
+}
+
+CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
+                           int64_t checkpoint_group) {
   const size_t budget = partial_budget ? partial_budget : scan::kDefaultPartialBudget;
   // dB and dC partials of one chunk of every sample
   const size_t chunk_bytes =
       2 * size_t(s.B) * size_t(pl.K) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
   CkptSegments sg;
-  sg.chunks = std::max<int64_t>(1, std::min<int64_t>(pl.n_ckpt, int64_t(budget / chunk_bytes)));
-  sg.count = (pl.n_ckpt + sg.chunks - 1) / sg.chunks;
+  sg.n_saved = ckpt_saved_per_sample(pl, checkpoint_group);
+  sg.group = std::min<int64_t>(checkpoint_group, pl.n_ckpt);
+  sg.span = sg.refill() ? sg.group : pl.n_ckpt;
+  sg.chunks = std::max<int64_t>(1, std::min<int64_t>(sg.span, int64_t(budget / chunk_bytes)));
+  // whole groups of span chunks, then the last (partial) group
+  const int64_t full = pl.n_ckpt / sg.span, tail = pl.n_ckpt - full * sg.span;
+  sg.count = full * ((sg.span + sg.chunks - 1) / sg.chunks) + (tail + sg.chunks - 1) / sg.chunks;
   sg.rows = std::min<int64_t>(s.T, sg.chunks * pl.K);
   return sg;
 }
 
 void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const CkptSegments& sg,
-                            size_t off[6]) {
+                            size_t off[7]) {
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
   const size_t part =
       size_t(s.B) * size_t(sg.rows) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
@@ -252,6 +320,7 @@ void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const Ckpt
   off[3] = align(off[2] + states);
   off[4] = align(off[3] + chans);
   off[5] = off[4] + (sg.count > 1 ? align(3 * states + chans) : 0);  // carry: dh, dAn, dal, dD
+  off[6] = off[5] + (sg.refill() ? align(size_t(sg.group) * states) : 0);  // a group's states
 }
 
 }  // namespace mc::kern::scan_detail

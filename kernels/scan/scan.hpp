@@ -103,6 +103,9 @@ struct FwdParams {
   // geometry(); 1 = one channel x 4 or 8 states a thread; 2..4 = the tile plan, d_state
   // <= 16 only). For tests and benchmarks that compare the plans; bits differ between them.
   int channels_per_thread = 0;
+  // Checkpointed route: chunks per saved state G (>= 1; see "Grouped checkpoints" below).
+  // Pass the same value to the backward, saved_floats and bwd_workspace_bytes.
+  int64_t checkpoint_group = 1;
 };
 
 template <class T>
@@ -146,6 +149,9 @@ struct BwdParams {
   size_t partial_budget = 0;
   // As FwdParams::channels_per_thread; pass the same value to bwd_workspace_bytes.
   int channels_per_thread = 0;
+  // The forward's checkpoint_group (the backward rebuilds a group's chunk states in its
+  // workspace); pass the same value to bwd_workspace_bytes.
+  int64_t checkpoint_group = 1;
 };
 // 512 MiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 10912 (682
 // chunks); d_state 256 at T 2048 (8-step chunks) runs 26 segments of 80 steps, and its
@@ -172,17 +178,38 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
   b.z = f.z;
   b.saved = f.saved;
   b.channels_per_thread = f.channels_per_thread;
+  b.checkpoint_group = f.checkpoint_group;
   return b;
 }
 
+// ---- grouped checkpoints (Checkpointed route) --------------------------------------
+// With checkpoint_group G = 1 (the default) the forward saves the state before every
+// chunk of `chunk` steps, [B, n_ckpt, di, ds] f32: at d_state 16 and 16-step chunks
+// that is 4 bytes per (t, d), as much as one f32 [B*T, di] activation. With G > 1 it
+// saves only the states before chunks 0, G, 2G, ...: [B, ceil(n_ckpt / G), di, ds].
+// The backward then walks the chunks in groups of G, last group first; before each
+// group one extra launch (the refill) runs the forward recurrence over the group from
+// its saved state and writes the group's G chunk states into the backward workspace
+// (B·G·di·ds floats), where the walk reads them as it reads saved ones at G = 1. The
+// refill repeats the forward's arithmetic on the same inputs, so every output has the
+// same bits as at G = 1 (test_scan_parity.cpp, "grouped checkpoints"); the cost is one
+// more pass of the recurrence (B·T·di·ds exponentials) in the backward. A group holds
+// whole segments: a segment never crosses a group's edge. G above n_ckpt acts as n_ckpt.
+// The largest group (with segments of one group each) whose workspace fits `bytes`;
+// 1 when even a group of 2 does not fit.
+int64_t max_checkpoint_group(const Shape& s, Route r, size_t bytes, int channels_per_thread = 0);
+// The dB/dC partial budget that makes each segment one whole group of G chunks.
+size_t group_partial_budget(const Shape& s, Route r, int64_t checkpoint_group,
+                            int channels_per_thread = 0);
+
 // ---- sizes ----------------------------------------------------------------------
 // Floats the forward saves for the backward (checkpoints or h_saved).
-size_t saved_floats(const Shape& s, Route r);
+size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group = 1);
 // Bytes of backward workspace (partials of the fixed-order reductions; Checkpointed:
-// one segment's dB/dC partials under `partial_budget` (0 = the default), and the carries
-// between segments).
+// one segment's dB/dC partials under `partial_budget` (0 = the default), the carries
+// between segments, and with checkpoint_group G > 1 one group's chunk states).
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget = 0,
-                           int channels_per_thread = 0);
+                           int channels_per_thread = 0, int64_t checkpoint_group = 1);
 
 // ---- launch geometry (for tests at chunk edges and for benchmark reports) -------
 struct Geometry {
@@ -198,6 +225,9 @@ struct Geometry {
   int64_t reduce_groups = 0;   // backward: channel groups of the dB/dC partials
   int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
   int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment
+  int64_t checkpoint_group = 1;  // Checkpointed: chunks per saved state (clamped to n_ckpt)
+  int64_t n_saved = 0;         // Checkpointed: saved states per sample = ceil(n_ckpt / group)
+  int64_t refills = 0;         // Checkpointed backward: refill launches (groups, when group > 1)
 };
 // Checkpointed: blocks of 4 warps. One channel a thread (channels_per_thread = 1): its
 // states spread over `lanes` lanes of `states` each. The tile plan (tile_kernels.cuh,
@@ -205,7 +235,7 @@ struct Geometry {
 // states, one block per SM. The plan's own choice is a pure function of the shape (so the
 // bits do not depend on the device); `channels_per_thread` overrides it.
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0,
-                  int channels_per_thread = 0);
+                  int channels_per_thread = 0, int64_t checkpoint_group = 1);
 
 // ---- entry points ----------------------------------------------------------------
 // Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.
@@ -231,7 +261,11 @@ struct Traffic {
   size_t route_bytes = 0;  // extra bytes this route moves (saved states, partials)
   double exps = 0;         // exponentials of the recurrence (B·T·di·ds per pass)
 };
-Traffic forward_traffic(const Shape& s, Route r, int elem_bytes, bool save);
-Traffic backward_traffic(const Shape& s, Route r, int elem_bytes);
+// With checkpoint_group G > 1 the saved states shrink G-fold, and the backward's
+// refill reads δ, u, B again and writes (then the walk reads) the groups' chunk states:
+// B·T·(2·di + ds)·e + 4·B·n_ckpt·di·ds more bytes, B·T·di·ds more exponentials.
+Traffic forward_traffic(const Shape& s, Route r, int elem_bytes, bool save,
+                        int64_t checkpoint_group = 1);
+Traffic backward_traffic(const Shape& s, Route r, int elem_bytes, int64_t checkpoint_group = 1);
 
 }  // namespace mc::kern::scan

@@ -294,6 +294,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
   }
   const int64_t row0 = m.b * p.T;
   const int64_t n_stage = (p.T + KF - 1) / KF;
+  int64_t next_save = 0, save_slot = 0;  // the next chunk whose state is saved, and its slot
   zero_bc_padding<T>(bct(0, 0), KF, 16, p.ds);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
@@ -347,14 +348,19 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_fwd_kernel(CkptFwdArgs<T
     T* yrow = p.y + (row0 + t0) * p.ld_y + m.dout;
 #pragma unroll 1
     for (int k0 = 0; k0 < KF; k0 += FU) {
-      if (k0 % K == 0) {  // the state before step t0 + k0: checkpoint (t0 + k0) / K
-        const int64_t ci = (t0 + k0) / K;
-        if (p.ckpt && ci < g.n_ckpt && m.nvalid > 0)
+      if (k0 % K == 0) {  // the state before step t0 + k0: chunk (t0 + k0) / K, saved
+        const int64_t ci = (t0 + k0) / K;  // when it is a multiple of the group
+        if (p.ckpt && ci == next_save && ci < g.n_ckpt) {
+          if (m.nvalid > 0)
 #pragma unroll
-          for (int i = 0; i < DT; ++i)
-            if (m.valid(i))
-              store_states<4>(p.ckpt + ((m.b * g.n_ckpt + ci) * p.di + m.d(i)) * p.ds + m.n0,
-                              g.vec_state, m.nvalid, h[i]);
+            for (int i = 0; i < DT; ++i)
+              if (m.valid(i))
+                store_states<4>(
+                    p.ckpt + ((m.b * p.n_saved + save_slot) * p.di + m.d(i)) * p.ds + m.n0,
+                    g.vec_state, m.nvalid, h[i]);
+          next_save += p.ckpt_group;
+          ++save_slot;
+        }
       }
       float yv[P2 * FU];  // [slot][step]
 #pragma unroll
@@ -481,8 +487,9 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
 #pragma unroll
     for (int i = 0; i < DT; ++i) {
       if (m.valid(i) && m.nvalid > 0)
-        load_states<4>(p.ckpt + ((m.b * g.n_ckpt + c) * p.di + m.d(i)) * p.ds + m.n0,
-                       g.vec_state, m.nvalid, h[i]);
+        load_states<4>(
+            p.ckpt + ((m.b * p.ckpt_slots + (c - p.ckpt_c0)) * p.di + m.d(i)) * p.ds + m.n0,
+            g.vec_state, m.nvalid, h[i]);
       else
 #pragma unroll
         for (int s = 0; s < 4; ++s) h[i][s] = 0.f;

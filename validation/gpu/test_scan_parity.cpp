@@ -597,6 +597,66 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         expect_same_backward(il, true);
       }
     }
+
+    // Grouped checkpoints (scan.hpp): a forward that saves every G-th chunk's state gives
+    // the same y and final state, and its saved states are the dense ones of chunks 0, G,
+    // 2G, ...; its backward (a refill per group, in one launch per group and in segments
+    // of one chunk) gives the same bytes as the dense backward. G = 2, 3 and one group.
+    const scan::Geometry gf = scan::geometry(sh, run.route, false, 0, run.cpt);
+    const size_t row = size_t(c.di * c.ds);
+    for (int64_t G : {int64_t(2), int64_t(3), gf.n_ckpt}) {
+      if (gf.n_ckpt < 2 || G > gf.n_ckpt || (G == gf.n_ckpt && G <= 3)) continue;
+      const std::string gl = label + " with checkpoint groups of " + std::to_string(G);
+      const scan::Geometry gg = scan::geometry(sh, run.route, false, 0, run.cpt, G);
+      EXPECT_EQ(gg.n_saved, (gf.n_ckpt + G - 1) / G) << gl;
+      const size_t nsg = scan::saved_floats(sh, run.route, G);
+      EXPECT_EQ(nsg, size_t(c.B * gg.n_saved) * row) << gl;
+      DeviceBuffer<float> saved_g(nsg, "saved (grouped)"), hf_g(size_t(ns), "h_final (grouped)");
+      DeviceBuffer<T> y_g(size_t(n), "y (grouped)");
+      fill_nan(saved_g);
+      fill_nan(hf_g);
+      fill_nan(y_g);
+      scan::FwdParams<T> fg = f;
+      fg.checkpoint_group = G;
+      fg.saved = saved_g.get();
+      fg.h_final = hf_g.get();
+      fg.y = {y_g.get(), 0};
+      scan::forward<T>(fg, kStream);
+      EXPECT_TRUE(bitwise_equal(download(y_g, size_t(n)), o.y)) << gl << ": y";
+      EXPECT_TRUE(bitwise_equal(download(hf_g, size_t(ns)), o.h_final)) << gl << ": h_final";
+      const std::vector<float> sg_host = download(saved_g, nsg);
+      for (int64_t bb = 0; bb < c.B; ++bb)
+        for (int64_t i = 0; i < gg.n_saved; ++i)
+          EXPECT_EQ(std::memcmp(sg_host.data() + size_t(bb * gg.n_saved + i) * row,
+                                o.saved.data() + size_t(bb * gf.n_ckpt + i * G) * row,
+                                row * sizeof(float)),
+                    0)
+              << gl << ": saved state " << i << " of sample " << bb << " is not chunk "
+              << i * G << "'s";
+      for (size_t budget : {size_t(0), size_t(1)}) {
+        const std::string bl = gl + (budget ? " in segments of one chunk" : "");
+        const scan::Geometry gb = scan::geometry(sh, run.route, true, budget, run.cpt, G);
+        EXPECT_EQ(gb.refills, (gf.n_ckpt + G - 1) / G) << bl;
+        const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt, G);
+        DeviceBuffer<char> ws_g(ws_n, "scan workspace (grouped)");
+        fill_nan(ws_g);
+        for (auto* t : {&d_delta, &du, &dz}) fill_nan(*t);
+        fill_nan(dB);
+        fill_nan(dC);
+        fill_nan(dh0);
+        dD.upload(in.dD0.data(), in.dD0.size(), kStream);
+        dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+        scan::BwdParams<T> bg = b;
+        bg.saved = saved_g.get();
+        bg.checkpoint_group = G;
+        bg.workspace = ws_g.get();
+        bg.workspace_bytes = ws_n;
+        bg.partial_budget = budget;
+        bg.dh0 = dh0.get();
+        scan::backward<T>(bg, kStream);
+        expect_same_backward(bl, true);
+      }
+    }
   }
   MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan parity " + label);
   return o;
@@ -1367,6 +1427,86 @@ TEST(ScanContract, BackwardSegments) {
   EXPECT_EQ(one.segments, one.n_ckpt);
   EXPECT_LT(scan::bwd_workspace_bytes(head, Route::Checkpointed, 1),
             scan::bwd_workspace_bytes(head, Route::Checkpointed));
+}
+
+// Grouped checkpoints (scan.hpp): the saved states shrink G-fold, the backward walks one
+// group per refill in segments that never cross a group's edge, its workspace holds one
+// group's chunk states, and max_checkpoint_group is the largest group that fits. The
+// bits do not depend on the group: run_gpu runs every checkpointed case with G = 2, 3
+// and one group as well.
+TEST(ScanContract, GroupedCheckpoints) {
+  const scan::Shape head{8, 2048, 1536, 16};
+  const scan::Geometry dense = scan::geometry(head, Route::Checkpointed, true);
+  const size_t plane = size_t(8) * 1536 * 16;  // one state of every (b, d, n)
+  EXPECT_EQ(dense.n_saved, dense.n_ckpt);
+  EXPECT_EQ(dense.refills, 0);
+  EXPECT_EQ(scan::saved_floats(head, Route::Checkpointed), plane * size_t(dense.n_ckpt));
+  for (int64_t G : {int64_t(2), int64_t(5), int64_t(64), dense.n_ckpt, dense.n_ckpt + 7}) {
+    const int64_t Gc = std::min(G, dense.n_ckpt), groups = (dense.n_ckpt + Gc - 1) / Gc;
+    const scan::Geometry g = scan::geometry(head, Route::Checkpointed, true, 0, 0, G);
+    EXPECT_EQ(g.checkpoint_group, Gc) << G;
+    EXPECT_EQ(g.n_saved, groups) << G;
+    EXPECT_EQ(g.refills, groups) << G;
+    EXPECT_EQ(g.segments, groups) << G;  // the default budget holds a whole group's partials
+    EXPECT_EQ(scan::saved_floats(head, Route::Checkpointed, G), plane * size_t(groups)) << G;
+    // one group's chunk states on top of the dense workspace (no carries at G = n_ckpt)
+    const size_t ws = scan::bwd_workspace_bytes(head, Route::Checkpointed, 0, 0, G);
+    EXPECT_GE(ws, plane * 4 * size_t(Gc)) << G;
+    // in segments of one chunk: a group of Gc chunks is Gc segments
+    const scan::Geometry one = scan::geometry(head, Route::Checkpointed, true, 1, 0, G);
+    EXPECT_EQ(one.segments, dense.n_ckpt) << G;
+  }
+  {  // segments never cross a group's edge: groups of 5 chunks in segments of 2 -> 3 each
+    const size_t two_chunks = 2 * 8 * size_t(dense.chunk) * size_t(dense.reduce_groups) * 16 * 4 * 2;
+    const scan::Geometry g = scan::geometry(head, Route::Checkpointed, true, two_chunks, 0, 5);
+    EXPECT_EQ(g.segment_chunks, 2);
+    const int64_t full = dense.n_ckpt / 5, tail = dense.n_ckpt % 5;
+    EXPECT_EQ(g.segments, full * 3 + (tail + 1) / 2);
+  }
+  // the largest group whose workspace (a group's partials as its segment) fits
+  for (size_t bytes : {size_t(8) << 20, size_t(100) << 20, size_t(1) << 30}) {
+    const int64_t G = scan::max_checkpoint_group(head, Route::Checkpointed, bytes);
+    auto ws = [&](int64_t g) {
+      return scan::bwd_workspace_bytes(head, Route::Checkpointed,
+                                       scan::group_partial_budget(head, Route::Checkpointed, g),
+                                       0, g);
+    };
+    ASSERT_GE(G, 2) << bytes;
+    EXPECT_LE(ws(G), bytes) << bytes;
+    if (G < dense.n_ckpt) EXPECT_GT(ws(G + 1), bytes) << bytes;
+    EXPECT_EQ(scan::geometry(head, Route::Checkpointed, true,
+                             scan::group_partial_budget(head, Route::Checkpointed, G), 0, G)
+                  .segments,
+              (dense.n_ckpt + G - 1) / G)
+        << bytes;
+  }
+  EXPECT_EQ(scan::max_checkpoint_group(head, Route::Checkpointed, 1024), 1);
+  EXPECT_EQ(scan::max_checkpoint_group(head, Route::Chunked, size_t(1) << 30), 1);
+  // the refill's extra pass in the traffic model: one more recurrence of exponentials
+  EXPECT_EQ(scan::backward_traffic(head, Route::Checkpointed, 4, 8).exps,
+            scan::backward_traffic(head, Route::Checkpointed, 4).exps + 8.0 * 2048 * 1536 * 16);
+  EXPECT_LT(scan::forward_traffic(head, Route::Checkpointed, 4, true, 8).route_bytes,
+            scan::forward_traffic(head, Route::Checkpointed, 4, true).route_bytes / 7);
+}
+
+TEST(ScanRefusal, CheckpointGroupNamed) {
+  float x = 0;
+  const std::pair<Route, int64_t> bad[] = {{Route::Checkpointed, 0}, {Route::Checkpointed, -3},
+                                           {Route::Chunked, 2}, {Route::Sequential, 4}};
+  for (const auto& [r, G] : bad) {
+    scan::FwdParams<float> f = dummy_fwd(&x, {1, 64, 4, 16}, r);
+    f.checkpoint_group = G;
+    const std::string want = "checkpoint_group = " + std::to_string(G) + " violates";
+    try {
+      scan::forward<float>(f, nullptr);
+      ADD_FAILURE() << "checkpoint_group " << G << " accepted on " << scan::to_string(r);
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), want)) << e.what();
+    }
+    EXPECT_THROW(scan::saved_floats(f.shape, r, G), ConfigError) << scan::to_string(r) << " " << G;
+    EXPECT_THROW(scan::bwd_workspace_bytes(f.shape, r, 0, 0, G), ConfigError)
+        << scan::to_string(r) << " " << G;
+  }
 }
 
 // The kernels' accurate exp (scan_math.cuh) is host/device code: checked here on

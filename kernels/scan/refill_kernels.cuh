@@ -1,0 +1,97 @@
+// scan/refill_kernels.cuh — the refill of grouped checkpoints (scan.hpp, "Grouped
+// checkpoints"): before the checkpointed backward walks a group of G chunks, this kernel
+// runs the forward recurrence over the group from the one state the forward saved for it
+// and writes the state before each of the group's chunks into the backward workspace,
+// where the walk reads it as it reads a saved checkpoint at G = 1.
+//
+// The states are the forward's bit for bit: every element repeats the forward's
+// arithmetic on the same inputs, in the same order (ckpt_kernels.cuh / tile_kernels.cuh):
+//   δ = softplus(Δraw + bias) or Δ,  h = fma(exp(δ·A), h, (δ·u)·B)
+// with exp as expm<E>(δ · exp_coef<E>(A)). Nothing else is computed (no y, no C).
+//
+// One thread per (b, d, 4 consecutive states); no shared memory, no barriers. Each step
+// reads δ and u of its channel and 4 values of the B row (cached: the lanes of a channel
+// and the channels of a warp share them). The loads of a step do not depend on h, so the
+// unrolled steps' loads and exponentials run ahead of the h chain (one FMA a step).
+#pragma once
+
+#include "kernels/scan/ckpt_kernels.cuh"
+
+namespace mc::kern::scan_detail {
+
+constexpr int kRefillThreads = 128;
+
+template <class V>  // V: the storage type
+struct CkptRefillArgs {
+  int64_t B, T, di, ds;
+  int K;                              // steps per chunk
+  const V* delta;                     // [B*T, ld_delta]: Δ, or Δraw with delta_bias
+  int64_t ld_delta;
+  const float* delta_bias;            // [di] or null
+  const V* u;                         // [B*T, ld_u]
+  int64_t ld_u;
+  const V* Bm;                        // [B*T, ld_B]
+  int64_t ld_B;
+  const float* a_neg;                 // [di, ds]
+  const float* saved;                 // [B, n_saved, di, ds]: the states before chunks 0, G, ..
+  int64_t n_saved, group;
+  float* dense;                       // [B, slots, di, ds]: the states before chunks c_lo ..
+  int64_t slots;
+  int64_t c_lo, c_hi;                 // the group: chunks c_lo .. c_hi-1 (c_lo a multiple of G)
+  bool vec_b;                         // B rows as 4-element vectors (alignment checked)
+  bool vec_state;                     // ds % 4 == 0: states as float4
+};
+
+// Threads per sample: di · ceil(ds / 4), in blocks of kRefillThreads.
+__host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t ds) {
+  const int64_t q = (ds + 3) / 4;
+  return (di * q + kRefillThreads - 1) / kRefillThreads;
+}
+
+// grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads.
+// Writes dense[b, c - c_lo, d, :] = h before chunk c, for c_lo <= c < c_hi.
+template <class T, scan::ExpMath E>
+__global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillArgs<T> p) {
+  const int64_t Q = (p.ds + 3) / 4;
+  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
+  const int64_t b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
+  const int64_t d = local / Q;
+  if (d >= p.di) return;
+  const int n0 = int(local - d * Q) * 4;
+  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
+  const bool vs = p.vec_state && nvalid == 4;
+
+  float a[4], h[4];
+  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
+  load_states<4>(p.saved + ((b * p.n_saved + p.c_lo / p.group) * p.di + d) * p.ds + n0,
+                 p.vec_state, nvalid, h);
+  const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
+  const int64_t plane = p.di * p.ds;
+  float* out = p.dense + (b * p.slots * p.di + d) * p.ds + n0;  // slot 0 of this thread's row
+  const T* dp = p.delta + (b * p.T + p.c_lo * p.K) * p.ld_delta + d;
+  const T* up = p.u + (b * p.T + p.c_lo * p.K) * p.ld_u + d;
+  const T* bp = p.Bm + (b * p.T + p.c_lo * p.K) * p.ld_B + n0;
+  for (int64_t c = p.c_lo;; ++c) {
+    store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c
+    if (c + 1 >= p.c_hi) break;  // chunk c + 1 exists, so chunk c's K steps are all < T
+    out += plane;
+#pragma unroll 4
+    for (int k = 0; k < p.K; ++k) {
+      const float x = load_f32(dp);
+      const float dl = p.delta_bias ? act_softplus(x + bias) : x;
+      const float du = dl * load_f32(up);
+      float bv[4];
+      load_vec<4>(bp, p.vec_b && nvalid == 4, nvalid, bv);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * bv[s]);
+      dp += p.ld_delta;
+      up += p.ld_u;
+      bp += p.ld_B;
+    }
+  }
+}
+
+}  // namespace mc::kern::scan_detail
