@@ -42,6 +42,22 @@ const char* to_string(DType d) {
   return "?";
 }
 
+const char* to_string(ScanCheckpoints c) {
+  switch (c) {
+    case ScanCheckpoints::Auto: return "auto";
+    case ScanCheckpoints::Every: return "every";
+    case ScanCheckpoints::Grouped: return "grouped";
+  }
+  return "?";
+}
+
+ScanCheckpoints parse_scan_checkpoints(const std::string& s) {
+  if (s == "auto") return ScanCheckpoints::Auto;
+  if (s == "every") return ScanCheckpoints::Every;
+  if (s == "grouped") return ScanCheckpoints::Grouped;
+  throw ConfigError("scan_checkpoints = '" + s + "' is not one of auto|every|grouped");
+}
+
 ScanMode parse_scan_mode(const std::string& s) {
   if (s == "auto") return ScanMode::Auto;
   if (s == "sequential" || s == "seq") return ScanMode::Sequential;
@@ -140,6 +156,12 @@ ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype) {
   if (r != ScanRoute::Checkpointed) return ScanExp::Accurate;
   if (e != ScanExp::Auto) return e;
   return dtype == DType::F32 ? ScanExp::Accurate : ScanExp::Hardware;
+}
+
+ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype) {
+  if (r != ScanRoute::Checkpointed) return ScanCheckpoints::Every;
+  if (c != ScanCheckpoints::Auto) return c;
+  return dtype == DType::F32 ? ScanCheckpoints::Every : ScanCheckpoints::Grouped;
 }
 
 int64_t params_per_layer(const Dims& d) {

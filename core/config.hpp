@@ -22,6 +22,11 @@ enum class ScanRoute { Checkpointed, Chunked, Sequential };
 // unit, or with the polynomial whose bits a host build reproduces. Auto: per
 // storage dtype (the choice and its reasons are in kernels/scan/scan.hpp).
 enum class ScanExp { Auto, Hardware, Accurate };
+// Which states the checkpointed scan's forward saves for the backward (kernels/scan/scan.hpp,
+// "Grouped checkpoints"): every chunk's, or one per group of chunks with the group's states
+// rebuilt by the backward (one more pass of the recurrence, the same bits). Auto: per
+// storage dtype (scan_checkpoints below).
+enum class ScanCheckpoints { Auto, Every, Grouped };
 
 // Storage dtype of the "typed" tensors of the mixed-precision path (which tensors:
 // reference_cpu/model.cpp; docs/math.md#mixed-precision).
@@ -32,7 +37,9 @@ const char* to_string(ScanMode m);
 const char* to_string(ScanRoute r);
 const char* to_string(ScanExp e);
 const char* to_string(DType d);
+const char* to_string(ScanCheckpoints c);
 ScanMode parse_scan_mode(const std::string& s);  // throws ConfigError
+ScanCheckpoints parse_scan_checkpoints(const std::string& s);  // throws ConfigError
 DType parse_dtype(const std::string& s);         // throws ConfigError
 
 // Thrown for every bad configuration or runtime shape. The message always
@@ -90,6 +97,13 @@ ScanRoute scan_route(ScanMode mode, int64_t ds);
 // The exponential a route runs with `e` for storage `dtype` (Auto resolved; the
 // cross-check routes always use the accurate one).
 ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);
+// The checkpoints a route saves with `c` for storage `dtype`: Every off the checkpointed
+// route; Auto is Grouped for 2-byte storage and Every for f32. Why: at d_state 16 a state
+// every 16 steps is 4 bytes per (t, d_inner) element, as much as two bf16 activations, so in
+// the bf16 step the checkpoints are the largest saved tensor after the in_proj output, and
+// grouping them is what brings its peak under the reference implementation's; the f32 step
+// is already under it with every chunk's state saved, and keeps the backward one pass shorter.
+ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype);
 
 // Parameter counts (the tensors of core/param_layout.hpp).
 int64_t params_per_layer(const Dims& d);

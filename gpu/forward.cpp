@@ -180,6 +180,7 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   sp.route = route_;
   sp.exp = scan_exp_;
   sp.channels_per_thread = scan_cpt_;
+  sp.checkpoint_group = scan_group_;
   sp.delta = {sc.s1, di};
   sp.u = {sc.u, di};
   sp.Bm = {a.xdbl + dr, xd};

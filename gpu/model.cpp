@@ -60,6 +60,12 @@ void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& op
   // the scan route's own limits (d_state per implementation), before any device work
   kern::scan::check_shape(kern::scan::Shape{B, T, d.di, d.ds}, scan_route(opt.scan, d.ds));
   require_cublas_workspace_bytes("RunOptions::cublas_workspace_bytes", opt.cublas_workspace_bytes);
+  // a grouped scan backward runs one segment per group: no partial budget of its own
+  if (opt.scan_checkpoints == ScanCheckpoints::Grouped && opt.scan_partial_budget != 0)
+    throw ConfigError("RunOptions::scan_partial_budget = " +
+                      std::to_string(opt.scan_partial_budget) +
+                      " violates scan_partial_budget == 0 with scan_checkpoints = grouped "
+                      "(its backward runs one segment per group)");
   std::string reason;
   if (!gpu_available(&reason)) throw GpuUnavailable(reason);
 }
@@ -89,6 +95,7 @@ ScanRoute Model::scan_route() const { return mc::scan_route(impl_->opt.scan, imp
 ScanExp Model::scan_exp() const {
   return mc::scan_exp(impl_->opt.scan_exp, scan_route(), impl_->opt.dtype);
 }
+int64_t Model::scan_checkpoint_group() const { return impl_->pipe->scan_checkpoint_group(); }
 GemmTier Model::gemm_tier() const {
   return mc::gpu::gemm_tier(impl_->opt.dtype, impl_->opt.gemm, impl_->opt.typed_gemm);
 }

@@ -120,6 +120,13 @@ struct RunOptions {
   // kScanPartialsFitScratch: the largest budget whose workspace fits in the backward scratch
   // it shares (o_dn and dH_typed, gpu/pipeline.hpp), so that the workspace adds no bytes.
   size_t scan_partial_budget = 0;
+  // Which states the checkpointed scan saves (core/config.hpp; kernels/scan/scan.hpp,
+  // "Grouped checkpoints"). Auto: grouped for bf16/f16, every chunk's for f32. Grouped: one
+  // state per group of chunks, the group the largest whose backward workspace fits in the
+  // shared region it uses (gpu/pipeline.hpp) with one segment per group, at least 2 chunks;
+  // the backward refills each group's states (one more pass of the recurrence; the same
+  // bits). Grouped takes no scan_partial_budget (ConfigError); Auto with a budget set is Every.
+  ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;
   // The checkpointed scan's channels per thread (kernels/scan/scan.hpp: 0 = its plan's
   // choice, 1 = one channel a thread, 2..4 = the d_state <= 16 tile plan), for tests and
   // benchmarks that compare the plans.
@@ -183,6 +190,8 @@ class Model {
   const RunOptions& options() const;
   ScanRoute scan_route() const;  // the scan implementation this model runs
   ScanExp scan_exp() const;      // and its exponential (Auto resolved)
+  // Chunks per saved scan state (1 = every chunk's; RunOptions::scan_checkpoints resolved)
+  int64_t scan_checkpoint_group() const;
   GemmTier gemm_tier() const;    // the tier every GEMM of this model runs on
 
   // Parameters: f32 arena in ParamLayout order ([total]); typed compute copies

@@ -32,6 +32,7 @@ int64_t Model::seq_len() const { unavailable(); }
 const RunOptions& Model::options() const { unavailable(); }
 ScanRoute Model::scan_route() const { unavailable(); }
 ScanExp Model::scan_exp() const { unavailable(); }
+int64_t Model::scan_checkpoint_group() const { unavailable(); }
 void Model::set_params(const std::vector<float>&) { unavailable(); }
 void Model::set_state(const std::vector<float>&, const std::vector<float>&) { unavailable(); }
 void Model::reset_state() { unavailable(); }

@@ -64,7 +64,6 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       route_(scan_route(opt.scan, lay.dims.ds)),
       scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
-      scan_saved_floats_(kern::scan::saved_floats(scan_shape_, route_)),
       scan_partial_budget_(opt.scan_partial_budget),
       scan_cpt_(opt.scan_channels_per_thread),
       gemm_(ctx.cublas(), opt.gemm, opt.typed_gemm, &ctx.phases()),
@@ -75,6 +74,29 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   const int64_t L = d_.L, dm = d_.dm, di = d_.di, ds = d_.ds, dc = d_.dc, dr = d_.dr,
                 xd = d_.xd, mid = d_.mid, R = R_;
   constexpr bool typed = !std::is_same<T, float>::value;
+  // The shared region (pipeline.hpp): o_dn | dH_typed | Z, the scan backward's workspace
+  // and B4's f32 dt_proj accumulator. region_floor: what the workspace may fill without
+  // growing it.
+  dH_typed_offset_ = align_bytes(n_of(R * dm) * sizeof(T));
+  z_offset_ = typed ? dH_typed_offset_ + align_bytes(n_of(R * dm) * sizeof(T)) : dH_typed_offset_;
+  const size_t shared_acts = z_offset_ + n_of(R * dm) * sizeof(float);
+  const size_t b4_acc = fused_dt_ ? 0 : n_of(R * di) * sizeof(float);  // fused: no acc
+  const size_t region_floor = std::max(shared_acts, b4_acc);
+  // The scan's checkpoints: every chunk's state, or one per group of chunks whose states
+  // the backward refills into its workspace in the shared region (the largest group that
+  // fits there with one segment per group, so grouping adds no bytes; at least 2 chunks).
+  ScanCheckpoints ck = scan_checkpoints(opt.scan_checkpoints, route_, opt.dtype);
+  if (opt.scan_checkpoints == ScanCheckpoints::Auto && opt.scan_partial_budget != 0)
+    ck = ScanCheckpoints::Every;  // a partial budget asks for the every-chunk backward
+  if (ck == ScanCheckpoints::Grouped) {  // (Model refused a partial budget with it)
+    const int64_t n_ckpt =
+        kern::scan::geometry(scan_shape_, route_, true, 0, scan_cpt_).n_ckpt;
+    const int64_t fit = kern::scan::max_checkpoint_group(scan_shape_, route_, region_floor, scan_cpt_);
+    scan_group_ = n_ckpt < 2 ? 1 : std::min<int64_t>(n_ckpt, std::max<int64_t>(2, fit));
+    scan_partial_budget_ =
+        kern::scan::group_partial_budget(scan_shape_, route_, scan_group_, scan_cpt_);
+  }
+  scan_saved_floats_ = kern::scan::saved_floats(scan_shape_, route_, scan_group_);
   BufferPlan plan;
   // parameters
   plan.add(params_, n_of(lay.total), "params");
@@ -120,17 +142,11 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   }
   static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
   plan.add(dP_, n_of(R * 2 * di), fused_dt_ ? "d_in_proj_out" : "dt_proj_acc|d_in_proj_out");
-  // o_dn | dH_typed | Z, the scan backward's workspace over them during B3, and B4's f32
-  // dt_proj accumulator (pipeline.hpp)
-  dH_typed_offset_ = align_bytes(n_of(R * dm) * sizeof(T));
-  z_offset_ = typed ? dH_typed_offset_ + align_bytes(n_of(R * dm) * sizeof(T)) : dH_typed_offset_;
-  const size_t shared_acts = z_offset_ + n_of(R * dm) * sizeof(float);
-  const size_t b4_acc = fused_dt_ ? 0 : n_of(R * di) * sizeof(float);  // fused: no acc
-  const size_t region_floor = std::max(shared_acts, b4_acc);  // what the workspace may fill
+  // the shared region (offsets above), sized for the scan workspace too
   if (opt.scan_partial_budget == kScanPartialsFitScratch)
     scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, scan_cpt_, region_floor);
-  const size_t scan_ws =
-      kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_, scan_cpt_);
+  const size_t scan_ws = kern::scan::bwd_workspace_bytes(scan_shape_, route_, scan_partial_budget_,
+                                                         scan_cpt_, scan_group_);
   const std::string region_name =
       std::string(typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace"
                         : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace") +

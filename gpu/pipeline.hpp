@@ -17,8 +17,10 @@
 //                f32 is kept in the shared region below until the backward's norm_f step),
 //                rms [L, R] f32, conv_s0 [L, B, di, dc] f32 (each layer's incoming conv
 //                state), scan_saved [L, saved] f32 (the scan route's saved states:
-//                checkpoints [B, n_ckpt, di, ds], or h_saved [B, T+1, di, ds] on the
-//                cross-check routes), rms_f [R] f32;
+//                checkpoints [B, n_saved, di, ds] — every chunk's state, or with grouped
+//                checkpoints (RunOptions::scan_checkpoints) one per group of G chunks, the
+//                group's states refilled by the backward into the scan workspace below —
+//                or h_saved [B, T+1, di, ds] on the cross-check routes), rms_f [R] f32;
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
 //                y [L, R, di] T (scan output before gating)
@@ -108,6 +110,7 @@ class PipelineBase {
   virtual void target_forward(const float* X, float* target) = 0;  // [R, mid] -> [B, dm]
   virtual bool has_forward() const = 0;
   virtual int64_t bytes_allocated() const = 0;
+  virtual int64_t scan_checkpoint_group() const = 0;  // chunks per saved scan state
 };
 
 std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const ParamLayout& lay,
@@ -164,6 +167,7 @@ class Pipeline final : public PipelineBase {
   void target_forward(const float* X, float* target) override;
   bool has_forward() const override { return have_forward_; }
   int64_t bytes_allocated() const override { return bytes_; }
+  int64_t scan_checkpoint_group() const override { return scan_group_; }
 
  private:
   // forward.cpp
@@ -217,7 +221,8 @@ class Pipeline final : public PipelineBase {
   const ScanRoute route_;
   const ScanExp scan_exp_;
   const kern::scan::Shape scan_shape_;
-  const size_t scan_saved_floats_;  // per layer
+  int64_t scan_group_ = 1;       // chunks per saved scan state (RunOptions::scan_checkpoints)
+  size_t scan_saved_floats_ = 0;  // per layer
   size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)
   const int scan_cpt_;          // RunOptions::scan_channels_per_thread
   const Gemm gemm_;

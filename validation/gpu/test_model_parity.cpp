@@ -374,5 +374,42 @@ TEST(ModelRefusals, CublasWorkspaceOutOfRangeNamingTheField) {
   }
 }
 
+// Grouped scan checkpoints run one backward segment per group: a partial budget beside
+// them is refused, naming both settings, before any device work. Auto resolves per dtype.
+TEST(ModelRefusals, ScanPartialBudgetWithGroupedCheckpointsNamingTheField) {
+  gpu::RunOptions opt;
+  opt.dtype = DType::BF16;
+  opt.scan_checkpoints = ScanCheckpoints::Grouped;
+  opt.scan_partial_budget = size_t(32) << 20;
+  try {
+    gpu::Model m(make_cfg(8, 16, 4, 2, 1, 8), 1, 64, opt);
+    ADD_FAILURE() << "Model accepted a partial budget with grouped checkpoints";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("scan_partial_budget = " + std::to_string(opt.scan_partial_budget)),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("scan_checkpoints = grouped"), std::string::npos) << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected ConfigError, got: " << e.what();
+  }
+  EXPECT_EQ(scan_checkpoints(ScanCheckpoints::Auto, ScanRoute::Checkpointed, DType::BF16),
+            ScanCheckpoints::Grouped);
+  EXPECT_EQ(scan_checkpoints(ScanCheckpoints::Auto, ScanRoute::Checkpointed, DType::F16),
+            ScanCheckpoints::Grouped);
+  EXPECT_EQ(scan_checkpoints(ScanCheckpoints::Auto, ScanRoute::Checkpointed, DType::F32),
+            ScanCheckpoints::Every);
+  EXPECT_EQ(scan_checkpoints(ScanCheckpoints::Grouped, ScanRoute::Chunked, DType::BF16),
+            ScanCheckpoints::Every);
+  EXPECT_EQ(parse_scan_checkpoints("grouped"), ScanCheckpoints::Grouped);
+  EXPECT_EQ(parse_scan_checkpoints("every"), ScanCheckpoints::Every);
+  try {
+    parse_scan_checkpoints("sparse");
+    ADD_FAILURE() << "scan_checkpoints 'sparse' accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("scan_checkpoints = 'sparse'"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mc::testing
