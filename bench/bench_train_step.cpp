@@ -229,6 +229,7 @@ struct StepBench {
   bool fused_dt = false;           // --dt-proj=cublas|fused
   int scan_cpt = 0;                // --scan-cpt=N (0 = the scan's plan)
   size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
+  ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;  // --scan-checkpoints
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -280,6 +281,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     opt.fused_dt_softplus = g.fused_dt;
     opt.scan_channels_per_thread = g.scan_cpt;
     opt.cublas_workspace_bytes = g.cublas_workspace;
+    opt.scan_checkpoints = g.scan_checkpoints;
     size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
@@ -440,6 +442,7 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
   st.counters["peak_vs_peer"] = Counter(peer_gib > 0 ? peak_gib / peer_gib : 0.0);
   st.counters["checkpointed_scan"] =
       Counter(m.scan_route() == ScanRoute::Checkpointed ? 1.0 : 0.0);
+  st.counters["scan_checkpoint_group"] = Counter(double(m.scan_checkpoint_group()));
   st.counters["verified"] = Counter(run.verified ? 1.0 : 0.0);
   st.counters["graph_bitwise_equal"] = Counter(run.graph_equal ? 1.0 : 0.0);
   std::string label = run.verified ? "ok" : "INCORRECT: " + run.verify_detail;
@@ -522,13 +525,19 @@ int main_impl(int argc, char** argv) {
               "  --cublas-workspace=BYTES\n"
               "                     the cuBLAS workspace of each model (default 33554432 = 32 MiB;\n"
               "                     65536..1073741824, a multiple of 256; cuBLAS picks its kernels\n"
-              "                     by it, so GEMM times and bits may change)\n" +
+              "                     by it, so GEMM times and bits may change)\n"
+              "  --scan-checkpoints=auto|every|grouped\n"
+              "                     the scan states the forward saves: every chunk's, or one\n"
+              "                     per group of chunks refilled by the backward (the same\n"
+              "                     bits, less memory, one more pass of the recurrence);\n"
+              "                     default auto = grouped for bf16/f16, every for f32\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
                                                                   "scan-partial-budget", "dt-proj",
-                                                                  "scan-cpt", "cublas-workspace"});
+                                                                  "scan-cpt", "cublas-workspace",
+                                                                  "scan-checkpoints"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
@@ -548,6 +557,11 @@ int main_impl(int argc, char** argv) {
   g.cublas_workspace = size_t(g.flags.get_int(
       "cublas-workspace", (long long)gpu::kCublasWorkspaceBytes, 0, (long long)(1) << 40));
   gpu::require_cublas_workspace_bytes("--cublas-workspace", g.cublas_workspace);
+  g.scan_checkpoints = parse_scan_checkpoints(
+      g.flags.get_string("scan-checkpoints", "auto", {"auto", "every", "grouped"}));
+  if (g.scan_checkpoints == ScanCheckpoints::Grouped && g.scan_partial_budget != 0)
+    throw ConfigError("--scan-partial-budget applies to --scan-checkpoints=every or auto "
+                      "(a grouped backward runs one segment per group)");
 
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
@@ -609,6 +623,10 @@ int main_impl(int argc, char** argv) {
                    std::to_string(g.cublas_workspace) +
                        (g.cublas_workspace == gpu::kCublasWorkspaceBytes ? " (the default)"
                                                                          : " (--cublas-workspace)"));
+  AddCustomContext("scan_checkpoints",
+                   std::string(to_string(g.scan_checkpoints)) +
+                       " (auto = grouped for bf16/f16, every chunk's state for f32; "
+                       "scan_checkpoint_group per row: chunks per saved state)");
   AddCustomContext("scan_channels_per_thread",
                    g.scan_cpt ? std::to_string(g.scan_cpt) + " (forced)"
                               : std::string("0 (the scan's plan, scan::geometry)"));

@@ -50,16 +50,16 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
   const std::string layer = "layer " + std::to_string(l) + " ";
   cudaStream_t s = stream();
-  T* U = sc.u;            // recomputed u: -> B3, B5
-  T* gated = sc.s2;       // recomputed gated output: -> B1
+  T* U = sc.u;            // recomputed u (dP's x half, row stride 2di): -> B3, B5
+  T* gated = sc.dP + di;  // recomputed gated output (dP's z half, row stride 2di): -> B1
   T* dG = sc.s1;          // B1 -> B2
-  T* dY = sc.s2;          // B2 -> B3 (gated is dead once B1's dW has read it)
+  T* dY = a.y;            // B2, written over the saved y (B2 is its last reader) -> B3
   T* delta = sc.s1;       // Δ recomputed after B2 (dG is dead): -> B3
   // B3's outputs: dΔ written over Δ and du over dy by the checkpointed scan (scan.hpp
   // allows both there); the cross-check routes need buffers of their own
   const bool scan_in_place = route_ == ScanRoute::Checkpointed;
   T* d_delta = scan_in_place ? sc.s1 : sc.du;  // B3 -> B4
-  T* dU = scan_in_place ? sc.s2 : sc.s3;       // B3 -> B6
+  T* dU = scan_in_place ? a.y : sc.s3;         // B3 -> B6
   // the dt_proj accumulator of the Δ recompute and of B4, in the shared region (it holds
   // nothing from B1's reads of dH_typed to B7)
   float* dt_acc = dt_acc_at_b4();
@@ -69,18 +69,19 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   T* dN = sc.o_dn;        // B7 -> B8
   T* dxdbl = dxdbl_.get();
 
-  // Recompute: F4a (no state written), F4e; F4c (Δ) after B2, where s1 is free
+  // Recompute: F4a (no state written), F4e into dP's z half (free until B2 writes dz
+  // there); F4c (Δ) after B2, where s1 is free
   conv_forward(l, a.proj, a.conv_s0, /*final_state=*/nullptr);
-  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, s);
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, gated, 2 * di, s);
   // B0
   const T* dHt = typed_copy_of_dH();
   fc_.check("B0 typed dH", l, "d_H_typed", dHt, R * dm);
   // B1 out_proj: dG = dH'·W_outᵀ, dW_out += Gᵀ·dH'
   gemm_.input_grad<T, T>(layer + "out_proj dX", dHt, w(off.out_proj_w), dG, R, di, dm);
-  gemm_.weight_grad<T>(layer + "out_proj dW", gated, di, dHt, g(off.out_proj_w), R, di, dm);
+  gemm_.weight_grad<T>(layer + "out_proj dW", gated, 2 * di, dHt, g(off.out_proj_w), R, di, dm);
   fc_.check("B1 out_proj", l, "d_gated", dG, R * di);
   // B2 gating, gs recomputed from z (read in place from P); dz written straight
-  // into the z half of dP
+  // into the z half of dP (over gated, dead since B1), dY over y
   kern::gate_bwd<T>(dG, a.y, a.proj + di, 2 * di, R, di, dY, dP + di, 2 * di, s);
   fc_.check("B2 gating", l, "d_y", dY, R * di);
   // (dz sits in dP's z half: it is checked with dxb after B6)
@@ -98,7 +99,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.channels_per_thread = scan_cpt_;
   sp.checkpoint_group = scan_group_;
   sp.delta = {delta, di};
-  sp.u = {U, di};
+  sp.u = {U, sc.ld_u};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
   sp.a_neg = a_neg(l);
@@ -155,7 +156,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   // the two and never stored, so the finite checks see its parts here and at B3, and a sum
   // that overflows the storage type in B6's output)
   gemm_.input_grad<T, T>(layer + "x_proj dX", dxdbl, w(off.x_proj_w), dU_x, R, di, xd);
-  gemm_.weight_grad<T>(layer + "x_proj dW", U, di, dxdbl, g(off.x_proj_w), R, di, xd);
+  gemm_.weight_grad<T>(layer + "x_proj dW", U, sc.ld_u, dxdbl, g(off.x_proj_w), R, di, xd);
   fc_.check("B5 x_proj", l, "d_u_xproj", dU_x, R * di);
   // B6 SiLU + conv (+ gradient w.r.t. the incoming conv state): the upstream gradient
   // is dU = q(dU_ssm + dU_x), summed as the conv reads it (never stored); the windows

@@ -32,13 +32,15 @@ LayerActs<T> Pipeline<T>::saved(int l) {
 
 template <class T>
 LayerScratch<T> Pipeline<T>::scratch() {
-  return LayerScratch<T>{u_.get(), s1_.get(), s2_.get(), s3_.get(), du_.get(), dP_.get(), o_dn()};
+  const bool u_in_dP = route_ == ScanRoute::Checkpointed;  // (pipeline.hpp)
+  return LayerScratch<T>{u_in_dP ? dP_.get() : u_.get(), u_in_dP ? 2 * d_.di : d_.di, s1_.get(),
+                         s3_.get(), du_.get(), dP_.get(), o_dn()};
 }
 
-// F4a: u [R, di] T (scratch) = SiLU(conv(xb) + bias), xb read in place from the
-// in_proj output proj [R, 2di] (row stride 2di), the incoming state s0 [B, di, dc]
-// read-only, the final window written to final_state (nullptr = not written; may
-// alias s0).
+// F4a: u [R rows, ld_u] T (scratch().u: dP's x half) = SiLU(conv(xb) + bias), xb read in
+// place from the in_proj output proj [R, 2di] (row stride 2di), the incoming state s0
+// [B, di, dc] read-only, the final window written to final_state (nullptr = not written;
+// may alias s0).
 template <class T>
 void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* final_state) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
@@ -53,13 +55,29 @@ void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* fin
   cp.dc = d_.dc;
   cp.s0 = s0;
   cp.final_state = final_state;
-  cp.u = u_.get();
+  const LayerScratch<T> sc = scratch();
+  cp.u = sc.u;
+  cp.ld_u = sc.ld_u;
   kern::conv1d_silu_fwd<T>(cp, stream());
 }
 
+// check_finite of u, which is not contiguous (dP's x half): its rows copied into the
+// free accumulator space `tmp` (R·di f32 >= R·di T) and checked there. No-op when off.
+template <class T>
+void Pipeline<T>::check_u(const char* step, int l, float* tmp) {
+  if (!fc_.enabled()) return;
+  const LayerScratch<T> sc = scratch();
+  const size_t row = size_t(d_.di) * sizeof(T);
+  MC_CUDA_CHECK(cudaMemcpy2DAsync(tmp, row, sc.u, size_t(sc.ld_u) * sizeof(T), row, size_t(R_),
+                                  cudaMemcpyDeviceToDevice, stream()),
+                std::string(step) + ": gather u for the finite check");
+  fc_.check(step, l, "u", reinterpret_cast<const T*>(tmp), R_ * d_.di);
+}
+
 // The dt_proj GEMM: acc [R, di] f32 = dt_in·W_dt, dt_in read in place from xdbl [R, xd]
-// (row stride xd). F4c forms it in the dP scratch; B4 forms it again (the same call, the
-// same bits) in the shared region, because Δraw = q(acc + b_dt) is not kept.
+// (row stride xd). F4c forms it in the shared region (the target forward: in its own
+// buffer); B4 forms it again (the same call, the same bits) there, because
+// Δraw = q(acc + b_dt) is not kept.
 template <class T>
 void Pipeline<T>::dt_proj_acc(int l, const T* xdbl, float* acc) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
@@ -95,7 +113,7 @@ void Pipeline<T>::fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* o
 // F4c: Δ = q(softplus(q(acc + b_dt))) -> scratch s1 [R, di] T, the bias added in f32
 // before Δraw's one rounding; Δraw itself is not stored (B4 re-forms it). On the
 // tensor-core tier acc stays on chip (fused_dt_softplus); otherwise it goes through
-// `acc` [R, di] f32 (the forward: dP; the backward's recompute: the shared region).
+// `acc` [R, di] f32 (the shared region; the target forward's own buffer).
 template <class T>
 void Pipeline<T>::delta_forward(int l, const T* xdbl, float* acc) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
@@ -139,7 +157,8 @@ kern::RmsNormPreAdd<T> Pipeline<T>::input_proj_bias(float* H0) {
 template <class T>
 typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerActs<T>& a,
                                                             const PendingAdd& in, float* H_next,
-                                                            float* conv_state, float* ssm_state) {
+                                                            float* conv_state, float* ssm_state,
+                                                            float* dt_acc) {
   const LayerParamOffsets& off = lay_.layers[size_t(l)];
   const int64_t R = R_, dm = d_.dm, di = d_.di, ds = d_.ds, dr = d_.dr, xd = d_.xd;
   const std::string layer = "layer " + std::to_string(l) + " ";
@@ -166,13 +185,13 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   } else {
     conv_forward(l, a.proj, conv_state, conv_state);
   }
-  fc_.check("F4a conv1d_silu", l, "u", sc.u, R * di);
+  check_u("F4a conv1d_silu", l, dt_acc);
   fc_.check("F4a conv1d_silu", l, "conv_state", conv_state, n_state);
   // F4b x_proj: xdbl [R, xd] = U·W_x  (columns dt_in | B | C)
-  gemm_.forward<T, T>(layer + "x_proj", sc.u, di, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
+  gemm_.forward<T, T>(layer + "x_proj", sc.u, sc.ld_u, w(off.x_proj_w), a.xdbl, xd, R, di, xd);
   fc_.check("F4b x_proj", l, "xdbl", a.xdbl, R * xd);
-  // F4c dt_proj + bias + softplus
-  delta_forward(l, a.xdbl, sc.acc());
+  // F4c dt_proj + bias + softplus: Δ -> s1
+  delta_forward(l, a.xdbl, dt_acc);
   // F4d selective scan; B and C are read in place from xdbl (row stride xd); the
   // state is carried in place (h0 = h_final)
   kern::scan::FwdParams<T> sp;
@@ -182,7 +201,7 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   sp.channels_per_thread = scan_cpt_;
   sp.checkpoint_group = scan_group_;
   sp.delta = {sc.s1, di};
-  sp.u = {sc.u, di};
+  sp.u = {sc.u, sc.ld_u};
   sp.Bm = {a.xdbl + dr, xd};
   sp.Cm = {a.xdbl + dr + ds, xd};
   sp.a_neg = a_neg(l);
@@ -198,12 +217,12 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
   if (a.scan_saved)
     fc_.check("F4d scan", l, "scan_saved_states", a.scan_saved, int64_t(scan_saved_floats_));
-  // F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch s2,
-  // z read in place from P
-  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s2, s);
-  fc_.check("F4e gating", l, "gated", sc.s2, R * di);
+  // F3 gate SiLU + F4e gating in one pass: gated = q(y·q(SiLU(z))) -> scratch s1 (Δ is
+  // dead after the scan), z read in place from P
+  kern::gate_fwd<T>(a.y, a.proj + di, 2 * di, R, di, sc.s1, di, s);
+  fc_.check("F4e gating", l, "gated", sc.s1, R * di);
   // F5 out_proj
-  gemm_.forward<T, T>(layer + "out_proj", sc.s2, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
+  gemm_.forward<T, T>(layer + "out_proj", sc.s1, di, w(off.out_proj_w), sc.o_dn, dm, R, di,
                       dm);
   fc_.check("F5 out_proj", l, "out_proj_out", sc.o_dn, R * dm);
   // F6 residual (f32 + typed -> f32), added by the next norm's pass
@@ -227,7 +246,7 @@ void Pipeline<T>::forward() {
   PendingAdd pend{hs(0), input_proj_bias(hs(0)), -1};
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, saved(l), pend, residual_after(l), conv_state(l, conv_state_.get()),
-                         ssm_state(l, ssm_state_.get()));
+                         ssm_state(l, ssm_state_.get()), dt_acc_at_b4());
   // norm_f on all positions
   norm_with_pending(pend, p(lay_.norm_f_w), out_typed(), rms_f_.get());
   fc_.check("norm_f", -1, "output", out_typed(), R * dm);
@@ -266,7 +285,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
                           t.xdbl.get(), nullptr,          t.y.get()};
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, acts, pend, t.cur.get(), conv_state(l, t.conv.get()),
-                         ssm_state(l, t.ssm.get()));
+                         ssm_state(l, t.ssm.get()), t.acc.get());
   // norm_f on all rows (configured eps), then the last timestep of every sample
   norm_with_pending(pend, p(lay_.norm_f_w), t.out.get(), t.rms.get());
   fc_.check("norm_f", -1, "output", t.out.get(), R * dm);
@@ -282,7 +301,8 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template void Pipeline<T>::delta_forward(int, const T*, float*);                     \
   template void Pipeline<T>::fused_dt_softplus(int, const T*, const T*, T*);          \
   template typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(                \
-      int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*);            \
+      int, const LayerActs<T>&, const PendingAdd&, float*, float*, float*, float*);    \
+  template void Pipeline<T>::check_u(const char*, int, float*);                       \
   template void Pipeline<T>::norm_with_pending(const PendingAdd&, const float*, T*,    \
                                                float*);                                \
   template kern::RmsNormPreAdd<T> Pipeline<T>::input_proj_bias(float*);                \

@@ -130,18 +130,17 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   plan.add(proj_, n_of(L * R * 2 * di), "in_proj_out");
   plan.add(xdbl_, n_of(L * R * xd), "xdbl");
   plan.add(y_, n_of(L * R * di), "scan_y");
-  // layer scratch (lifetimes in pipeline.hpp)
-  for (auto [buf, name] : {std::pair{&u_, "u"},
-                           {&s1_, "delta|d_gated|d_delta|d_delta_raw|d_u_xproj"},
-                           {&s2_, "gated|d_y|d_u"}})
-    plan.add(*buf, n_of(R * di), name);
-  // the cross-check routes can write neither dΔ over Δ nor du over dy
+  // layer scratch (lifetimes in pipeline.hpp; u lives in dP's x half, the backward's
+  // gated in its z half, dY and dU over the layer's saved y)
+  plan.add(s1_, n_of(R * di), "delta|gated|d_gated|d_delta|d_delta_raw|d_u_xproj");
+  // the cross-check routes can write neither dΔ over Δ nor du over dy, and read u
+  // contiguous only
   if (route_ != ScanRoute::Checkpointed) {
     plan.add(du_, n_of(R * di), "d_delta");
     plan.add(s3_, n_of(R * di), "d_u");
+    plan.add(u_, n_of(R * di), "u");
   }
-  static_assert(2 * sizeof(T) >= sizeof(float), "dP must hold the f32 dt_proj accumulator");
-  plan.add(dP_, n_of(R * 2 * di), fused_dt_ ? "d_in_proj_out" : "dt_proj_acc|d_in_proj_out");
+  plan.add(dP_, n_of(R * 2 * di), "u|gated|d_in_proj_out");
   // the shared region (offsets above), sized for the scan workspace too
   if (opt.scan_partial_budget == kScanPartialsFitScratch)
     scan_partial_budget_ = partial_budget_fitting(scan_shape_, route_, scan_cpt_, region_floor);
@@ -320,6 +319,10 @@ void Pipeline<T>::ensure_target_buffers() {
   plan.add(t->y, n_of(R * di), "target_scan_y");
   plan.add(t->xdbl, n_of(R * d_.xd), "target_xdbl");
   plan.add(t->out, n_of(R * dm), "target_norm_f_out");
+  // F4c's dt_proj accumulator (and the finite check's copy of u): the training forward's
+  // sits in the shared region, whose Z slot the target forward must not touch (the saved
+  // norm_f input of a pending backward)
+  plan.add(t->acc, n_of(R * di), "target_dt_proj_acc");
   bytes_ += int64_t(plan.allocate_all("target forward buffers"));
   tgt_ = std::move(t);
 }

@@ -24,26 +24,32 @@
 //                proj [L, R, 2di] T (the in_proj output P = [xb | z]: the conv reads xb
 //                and the gate reads z through the row stride 2di), xdbl [L, R, xd] T,
 //                y [L, R, di] T (scan output before gating)
-//   layer scratch  (forward and backward, one layer at a time) u, s1, s2 [R, di] T
-//                (and du, s3 [R, di] T on the cross-check scan routes only) and
-//                dP [R, 2di] T, whose storage also holds the forward's f32 dt_proj
-//                accumulator [R, di] while Δ is formed; o_dn [R, dm] T (out_proj output,
-//                read by F6 inside the next norm's pass; then the in_proj input gradient dN).
-//                Lifetimes (F = forward, R = backward recompute, B1–B8 the backward steps):
-//                  u   F/R: u                 -> B3 (scan), B5 (x_proj dW)
-//                  s1  F: Δ -> F4d (scan); B1: dG -> B2; R (after B2): Δ -> B3;
-//                      B3: dΔ written over Δ by the checkpointed scan (the cross-check
-//                      routes write it into du) -> B4; B4: dΔraw (over dΔ, elementwise)
-//                      -> B4's GEMMs; B5: dU_x -> B6
-//                  s2  F: gated -> F5;  R: gated -> B1; B2: dY -> B3; B3: dU written
-//                      over dY by the checkpointed scan (the cross-check routes write it
-//                      into s3) -> B6 (which adds dU_x as it reads)
-//                  dP  F: dt_proj acc (f32); B2: dz (z half); B6: dxb (x half) -> B7
-//                Δraw [R, di] is never stored: B4 runs the dt_proj GEMM again into the
-//                shared region (f32 acc, free from B1's last read of dH_typed to B7; the
-//                backward's recompute of Δ after B2 puts its acc there too, since dP's
-//                z half holds dz by then) and the softplus backward forms q(acc + b_dt)
-//                from it, as F4c does (the same bits).
+//   layer scratch  (forward and backward, one layer at a time) s1 [R, di] T and dP
+//                [R, 2di] T (and du, s3, u [R, di] T on the cross-check scan routes only,
+//                which read u contiguous); o_dn [R, dm] T (out_proj output, read by F6
+//                inside the next norm's pass; then the in_proj input gradient dN). On the
+//                checkpointed route u lives in dP's x half (row stride 2di), the backward's
+//                gated in its z half, and the backward writes dY and dU over the layer's
+//                saved y, whose last reader is B2: two [R, di] buffers fewer than a buffer
+//                each. Lifetimes (F = forward, R = backward recompute, B1–B8 the steps):
+//                  dP x half  F: u -> F4b, F4d (scan);  R: u -> B3 (scan), B5 (x_proj
+//                             dW);  B6: dxb -> B7
+//                  dP z half  R: gated -> B1 (out_proj dW);  B2: dz -> B7
+//                  s1  F: Δ -> F4d (scan); then gated -> F5; B1: dG -> B2; R (after
+//                      B2): Δ -> B3; B3: dΔ written over Δ by the checkpointed scan (the
+//                      cross-check routes write it into du) -> B4; B4: dΔraw (over dΔ,
+//                      elementwise) -> B4's GEMMs; B5: dU_x -> B6
+//                  y[l]  F: y (saved) -> R, B2;  B2: dY written over y (elementwise) ->
+//                      B3; B3: dU written over dY by the checkpointed scan (the cross-check
+//                      routes write it into s3) -> B6 (which adds dU_x as it reads). So a
+//                      backward consumes the saved y: it needs the forward before it, as
+//                      the shared region's Z already requires.
+//                The f32 dt_proj accumulator [R, di] of F4c, of the backward's recompute of
+//                Δ after B2 and of B4 sits in the shared region (free at F4c: o_dn and
+//                post_norm are consumed by then and Z is not yet formed; free in the
+//                backward from B1's last read of dH_typed to B7). Δraw [R, di] is never
+//                stored: B4 runs the dt_proj GEMM again and the softplus backward forms
+//                q(acc + b_dt) from it, as F4c does (the same bits).
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
@@ -68,7 +74,7 @@
 //                [R, dm] T, whose f32 copy download_output forms in dP, or in an out
 //                buffer allocated on first use where R·dm f32 does not fit in dP)
 //   target       allocated on first use: its own input, residual, state, post_norm,
-//                proj, xdbl, y and output; the layer scratch is shared
+//                proj, xdbl, y, output and dt_proj accumulator; the layer scratch is shared
 // Everything that mamba-rs keeps f32 in its mixed path stays f32 here too
 // (residual stream, states, h_saved / checkpoints, rms, master weights, grads).
 #pragma once
@@ -129,11 +135,13 @@ struct LayerActs {
   T* y;               // [R, di]
 };
 
-// One layer's scratch (pipeline.hpp's lifetimes table).
+// One layer's scratch (pipeline.hpp's lifetimes table). On the checkpointed scan route u
+// lives in dP's x half; the cross-check routes read it contiguous, from a buffer of its own.
 template <class T>
 struct LayerScratch {
-  T *u, *s1, *s2, *s3, *du, *dP, *o_dn;
-  float* acc() const { return reinterpret_cast<float*>(dP); }  // [R, di] f32 inside dP
+  T* u;          // [R rows, ld_u]: the conv output
+  int64_t ld_u;  // 2·di (in dP), or di
+  T *s1, *s3, *du, *dP, *o_dn;
 };
 
 // Target forward buffers (allocated on first use). The layer scratch is shared;
@@ -142,6 +150,7 @@ struct LayerScratch {
 template <class T>
 struct TargetBuffers {
   DeviceBuffer<float> x, cur, rms, conv, ssm, target;  // [R,mid] [R,dm] [R] [L,B,di,dc] [L,B,di,ds] [B,dm]
+  DeviceBuffer<float> acc;  // [R, di]: F4c's dt_proj accumulator
   DeviceBuffer<T> x_typed, post_norm, proj, y, xdbl, out;
 };
 
@@ -183,8 +192,9 @@ class Pipeline final : public PipelineBase {
   kern::RmsNormPreAdd<T> input_proj_bias(float* H0);
   void norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms);
   PendingAdd layer_forward(int l, const LayerActs<T>& a, const PendingAdd& in, float* H_next,
-                           float* conv_state, float* ssm_state);
+                           float* conv_state, float* ssm_state, float* dt_acc);
   void conv_forward(int l, const T* proj, const float* s0, float* final_state);  // -> u
+  void check_u(const char* step, int l, float* tmp);  // check_finite of u via tmp [R, di] f32
   void dt_proj_acc(int l, const T* xdbl, float* acc);  // acc [R, di] f32 = dt_in·W_dt
   void delta_forward(int l, const T* xdbl, float* acc);  // -> s1: Δ (acc: f32 [R, di])
   void fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* out);  // fused_dt_ only
@@ -250,7 +260,7 @@ class Pipeline final : public PipelineBase {
   DeviceBuffer<float> hs_, rms_, conv_s0_, scan_saved_, rms_f_;
   DeviceBuffer<T> proj_, xdbl_, y_;
   // layer scratch
-  DeviceBuffer<T> u_, s1_, s2_, s3_, du_, dP_;
+  DeviceBuffer<T> s1_, s3_, du_, u_, dP_;  // s3_, du_, u_: the cross-check scan routes only
   // backward scratch
   DeviceBuffer<float> dH_, dB_, dC_, reduce_scratch_;  // dB, dC: cross-check routes only
   DeviceBuffer<T> d_dt_in_, dxdbl_;

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kConvTileChannels)
                            int64_t B, int64_t T_len, int64_t di, int dc_arg, int64_t n_chunks,
                            int64_t n_ctiles, const float* __restrict__ state0,
                            float* __restrict__ windows, T* __restrict__ pc,
-                           T* __restrict__ u) {
+                           T* __restrict__ u, int64_t ld_u) {
   extern __shared__ __align__(16) unsigned char conv_smem[];
   T* xs = reinterpret_cast<T*>(conv_smem);  // xb rows [x_lo, t1) of the tile
   const int dc = KDC == kNarrowDC ? KDC : dc_arg;
@@ -155,8 +155,8 @@ __global__ void __launch_bounds__(kConvTileChannels)
     const int steps = int(c.t1 - c.t0);
     const T* xrow = xs + (c.t0 - x_lo) * kConvTileChannels + lane;
     const int64_t row0 = c.b * T_len + c.t0;
-    T* urow = u + row0 * di + d;
-    for (int i = 0; i < steps; ++i, xrow += kConvTileChannels, urow += di) {
+    T* urow = u + row0 * ld_u + d;
+    for (int i = 0; i < steps; ++i, xrow += kConvTileChannels, urow += ld_u) {
       // shift + insert, then save: saved before the insert, the window would be off
       // by one step and flip the sign of the conv weight gradient
 #pragma unroll
@@ -502,6 +502,8 @@ void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream) {
   require_ptr(k, "u", p.u);
   const int64_t ld_x = p.ld_x ? p.ld_x : p.di;
   if (ld_x < p.di) fail_arg(k, "ld_x", ld_x, ">=", p.di, "row stride of xb");
+  const int64_t ld_u = p.ld_u ? p.ld_u : p.di;
+  if (ld_u < p.di) fail_arg(k, "ld_u", ld_u, ">=", p.di, "row stride of u");
   const int64_t n_chunks = conv_chunks(p.seq_len), n_ctiles = conv_channel_tiles(p.di);
   // exactly kNarrowDC taps (Mamba's usual width): the compile-time window; else the wide one
   auto* kern = p.dc == kNarrowDC ? &conv1d_silu_fwd_kernel<T, kNarrowDC>
@@ -509,7 +511,7 @@ void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream) {
   const size_t smem = size_t(conv_fwd_tile_rows(p.dc)) * kConvTileChannels * sizeof(T);
   kern<<<conv_tile_grid(p.B * n_chunks * n_ctiles), kConvTileChannels, smem, stream>>>(
       p.xb, ld_x, rows_16b_aligned(p.xb, ld_x), p.w, p.bias, p.B, p.seq_len, p.di, int(p.dc),
-      n_chunks, n_ctiles, p.s0, p.windows, p.pc, p.u);
+      n_chunks, n_ctiles, p.s0, p.windows, p.pc, p.u, ld_u);
   MC_LAUNCH_CHECK("conv1d_silu_fwd_kernel");
   if (p.final_state) {  // after every window was built from S0 (final_state may alias s0)
     conv1d_final_state_kernel<T><<<grid_1d(p.B * p.di), kBlock1D, 0, stream>>>(

@@ -50,7 +50,8 @@ struct ConvFwdParams {
   float* final_state = nullptr;
   float* windows = nullptr;    // [B, T, di, dc] or null
   T* pc = nullptr;             // [B, T, di] or null
-  T* u = nullptr;              // [B, T, di]
+  T* u = nullptr;              // [B*T rows, ld_u]
+  int64_t ld_u = 0;            // 0 = di
 };
 template <class T>
 void conv1d_silu_fwd(const ConvFwdParams<T>& p, cudaStream_t stream);

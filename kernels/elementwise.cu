@@ -168,7 +168,7 @@ __global__ void gating_bwd_kernel(const T* __restrict__ dG, const T* __restrict_
 // gating_fwd store them
 template <class T, int V>
 __global__ void gate_fwd_kernel(const T* __restrict__ y, const T* __restrict__ z, int64_t ld_z,
-                                int64_t R, int64_t di, T* __restrict__ g) {
+                                int64_t R, int64_t di, T* __restrict__ g, int64_t ld_g) {
   MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
     const int64_t d = cv * V, i = r * di + d;
     const Pack<T, V> zv = load_pack<V>(z + r * ld_z + d), yv = load_pack<V>(y + i);
@@ -178,17 +178,19 @@ __global__ void gate_fwd_kernel(const T* __restrict__ y, const T* __restrict__ z
       const T gs = from_f32<T>(dev::silu(to_f32(zv.e[j])));
       out.e[j] = from_f32<T>(to_f32(yv.e[j]) * to_f32(gs));
     }
-    store_pack<V>(g + i, out);
+    store_pack<V>(g + r * ld_g + d, out);
   }
 }
 
 // dG, y [R, di], z (row stride ld_z) -> dY [R, di] = q(dG·gs), dz (row stride
 // ld_dz) = q(dG·y·SiLU'(z)), gs = q(SiLU(z)) recomputed: gating_bwd without the
-// saved gs and with dz written in place (the z half of the in_proj gradient)
+// saved gs and with dz written in place (the z half of the in_proj gradient). dY may
+// be y itself (each thread loads its elements of y before it stores them: no
+// __restrict__ on the pair), which is how the training step writes dY over the saved y.
 template <class T, int V>
-__global__ void gate_bwd_kernel(const T* __restrict__ dG, const T* __restrict__ y,
+__global__ void gate_bwd_kernel(const T* __restrict__ dG, const T* y,
                                 const T* __restrict__ z, int64_t ld_z, int64_t R, int64_t di,
-                                T* __restrict__ dY, T* __restrict__ dz, int64_t ld_dz) {
+                                T* dY, T* __restrict__ dz, int64_t ld_dz) {
   MC_ROWS_COLS_LOOP(r, cv, R, di / V) {
     const int64_t d = cv * V, i = r * di + d;
     const Pack<T, V> zp = load_pack<V>(z + r * ld_z + d), gp = load_pack<V>(dG + i),
@@ -351,7 +353,7 @@ void split_gate_silu(const T* P, int64_t R, int64_t di, T* xb, T* z, T* gs, cuda
 }
 
 template <class T>
-void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g,
+void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g, int64_t ld_g,
               cudaStream_t stream) {
   const char* k = "gate_fwd";
   require_rows_cols(k, R, "d_inner", di);
@@ -359,13 +361,14 @@ void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g,
   require_ptr(k, "z", z);
   require_ptr(k, "g", g);
   if (ld_z < di) fail_arg(k, "ld_z", ld_z, ">=", di, "row stride of z");
+  if (ld_g < di) fail_arg(k, "ld_g", ld_g, ">=", di, "row stride of g");
   constexpr int V = pack_width<T>();
-  if (packable(V, {di, ld_z}, {y, z, g}))
+  if (packable(V, {di, ld_z, ld_g}, {y, z, g}))
     gate_fwd_kernel<T, V><<<rows_cols_grid(R, di / V), rows_cols_block(di / V), 0, stream>>>(
-        y, z, ld_z, R, di, g);
+        y, z, ld_z, R, di, g, ld_g);
   else
-    gate_fwd_kernel<T, 1><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(y, z, ld_z,
-                                                                                     R, di, g);
+    gate_fwd_kernel<T, 1><<<rows_cols_grid(R, di), rows_cols_block(di), 0, stream>>>(
+        y, z, ld_z, R, di, g, ld_g);
   MC_LAUNCH_CHECK("gate_fwd_kernel");
 }
 
@@ -619,7 +622,8 @@ void exp_negate(const float* a_log, int64_t n, float* a_neg, cudaStream_t stream
 
 #define MC_INSTANTIATE_ELEMENTWISE(T)                                                          \
   template void split_gate_silu<T>(const T*, int64_t, int64_t, T*, T*, T*, cudaStream_t);      \
-  template void gate_fwd<T>(const T*, const T*, int64_t, int64_t, int64_t, T*, cudaStream_t);  \
+  template void gate_fwd<T>(const T*, const T*, int64_t, int64_t, int64_t, T*, int64_t,         \
+                            cudaStream_t);                                                     \
   template void gate_bwd<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, T*,  \
                             int64_t, cudaStream_t);                                          \
   template void concat_halves<T>(const T*, const T*, int64_t, int64_t, T*, cudaStream_t);      \

@@ -58,15 +58,16 @@ void gating_bwd(const T* dG, const T* y, const T* z, const T* gs, int64_t n, T* 
                 cudaStream_t stream);
 
 // F3 + F4e fused. y [R, di] T, z [R rows, ld_z] T (the z half of the in_proj
-// output: ld_z = 2·di) -> g [R, di] T = q(y·q(SiLU(z))), rounded exactly as
+// output: ld_z = 2·di) -> g [R rows, ld_g] T = q(y·q(SiLU(z))), rounded exactly as
 // split_gate_silu followed by gating_fwd (so neither gs nor a copy of z is stored).
 template <class T>
-void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g,
+void gate_fwd(const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* g, int64_t ld_g,
               cudaStream_t stream);
 
 // B2 fused. dG, y [R, di] T, z [R rows, ld_z] T -> dY [R, di] T = q(dG·gs),
 // dz [R rows, ld_dz] T = q(dG·y·SiLU'(z)) with gs = q(SiLU(z)) recomputed — the
-// values of gating_bwd, with dz written straight into the in_proj gradient.
+// values of gating_bwd, with dz written straight into the in_proj gradient. dY may
+// alias y (written over it element by element).
 template <class T>
 void gate_bwd(const T* dG, const T* y, const T* z, int64_t ld_z, int64_t R, int64_t di, T* dY,
               T* dz, int64_t ld_dz, cudaStream_t stream);

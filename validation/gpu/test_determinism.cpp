@@ -372,10 +372,12 @@ INSTANTIATE_TEST_SUITE_P(Routes, UnderLoad, ::testing::ValuesIn(det::routes()), 
 // (c2) the scan backward in segments
 // =========================================================================================
 
-// The checkpointed routes with a dB/dC partial budget of one byte (one chunk per segment:
-// 19 backward launches at T 300), and with the budget fitted to the scratch the workspace
-// shares (kScanPartialsFitScratch), give the bits of the default budget (one launch), forward
-// and backward: RunOptions::scan_partial_budget trades memory for launches, never bits.
+// The checkpointed routes with every chunk's state saved and a dB/dC partial budget of one
+// byte (one chunk per segment: 19 backward launches at T 300), and with the budget fitted to
+// the scratch the workspace shares (kScanPartialsFitScratch), give the bits of the default
+// budget (one launch), forward and backward: RunOptions::scan_partial_budget trades memory
+// for launches, never bits. So do grouped checkpoints (RunOptions::scan_checkpoints), whose
+// backward refills each group's states and runs one segment per group, in less memory.
 class ScanSegments : public GpuTest, public ::testing::WithParamInterface<Route> {};
 
 TEST_P(ScanSegments, PartialBudgetDoesNotChangeBits) {
@@ -390,18 +392,32 @@ TEST_P(ScanSegments, PartialBudgetDoesNotChangeBits) {
   ASSERT_GT(segments(1), 2);
   RerunChecker both(det::route_name(r) +
                     " default budget vs one chunk per segment vs the budget that fits the shared scratch");
-  int64_t bytes_default = 0, bytes_fit = 0;
+  int64_t bytes_default = 0, bytes_fit = 0, bytes_grouped = 0;
   for (size_t budget : {size_t(0), size_t(1), gpu::kScanPartialsFitScratch}) {
     gpu::RunOptions o = det::options(r, device());
+    o.scan_checkpoints = ScanCheckpoints::Every;
     o.scan_partial_budget = budget;
     gpu::Model m(in.cfg, in.B, in.T, o);
+    EXPECT_EQ(m.scan_checkpoint_group(), 1);
     (budget == 0 ? bytes_default : bytes_fit) = m.device_bytes_allocated();
+    both.add_run(det::route_tensors(r, in, check::run_forward_backward(m, in)));
+  }
+  {
+    gpu::RunOptions o = det::options(r, device());
+    o.scan_checkpoints = ScanCheckpoints::Grouped;
+    gpu::Model m(in.cfg, in.B, in.T, o);
+    const int64_t G = m.scan_checkpoint_group();
+    std::cout << "  grouped checkpoints: " << G << " chunks per saved state\n";
+    EXPECT_GE(G, 2);
+    bytes_grouped = m.device_bytes_allocated();
     both.add_run(det::route_tensors(r, in, check::run_forward_backward(m, in)));
   }
   std::cout << "  " << both.report() << "\n";
   EXPECT_TRUE(both.identical()) << both.report();
-  // the fitted budget never costs memory: its workspace lives inside o_dn | dH_typed
+  // the fitted budget never costs memory: its workspace lives inside o_dn | dH_typed; the
+  // grouped checkpoints' workspace lives there too, and they save fewer states
   EXPECT_LE(bytes_fit, bytes_default);
+  EXPECT_LT(bytes_grouped, bytes_fit);
 }
 
 std::vector<Route> checkpointed_routes() {

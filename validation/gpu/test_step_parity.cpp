@@ -740,7 +740,9 @@ TYPED_TEST(StepParity, GatingForwardBackward) {
 
 // F3 + F4e and B2 fused: z read in place from P [R, 2di] (row stride 2di), gs
 // recomputed, dz written into the z half of dP [R, 2di] (its x half untouched).
-// The same bits as split_gate_silu + gating_fwd / gating_bwd (the unfused path).
+// The same bits as split_gate_silu + gating_fwd / gating_bwd (the unfused path), and
+// as the training step's backward calls them: g into the z half of a [R, 2di] buffer,
+// dY written over y.
 // (d_inner 24 and 64: rows moved as 16-byte words, the others element by element)
 TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
   for (const RowsDim sh : {RowsDim{1, 1}, RowsDim{13, 7}, RowsDim{20, 17}, RowsDim{300, 33},
@@ -756,6 +758,8 @@ TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
     // device scratch for the unfused variant: xb, z, gs, dz [R, di] T
     TypeParam* tmp[4];
     for (auto& t : tmp) t = reinterpret_cast<TypeParam*>(tb.scratch(size_t(n)));
+    // [R, 2di] T for the strided gate output
+    TypeParam* wide = reinterpret_cast<TypeParam*>(tb.scratch(size_t(2 * n)));
     tb.run([&](auto& h) {
       using S = std::remove_pointer_t<decltype(h[g])>;
       std::vector<S> xb(static_cast<size_t>(n)), z(static_cast<size_t>(n)), gs(static_cast<size_t>(n)),
@@ -767,10 +771,21 @@ TYPED_TEST(StepParity, FusedGateMatchesSplitThenGating) {
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < di; ++c) h[dP][r * 2 * di + di + c] = dz[size_t(r * di + c)];
     }, [&](auto& d) {
-      kern::gate_fwd<TypeParam>(d[y], d[P] + di, 2 * di, R, di, d[g], d.s);
+      kern::gate_fwd<TypeParam>(d[y], d[P] + di, 2 * di, R, di, d[g], di, d.s);
       kern::gate_bwd<TypeParam>(d[dG], d[y], d[P] + di, 2 * di, R, di, d[dY], d[dP] + di, 2 * di,
                                 d.s);
     });
+    tb.rerun("g into the z half of a [R, 2di] buffer, dY written over y", [&](auto& d) {
+      const size_t e = sizeof(TypeParam);
+      kern::gate_fwd<TypeParam>(d[y], d[P] + di, 2 * di, R, di, wide + di, 2 * di, d.s);
+      ASSERT_EQ(cudaMemcpy2DAsync(d[g], size_t(di) * e, wide + di, size_t(2 * di) * e,
+                                  size_t(di) * e, size_t(R), cudaMemcpyDeviceToDevice, d.s),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(d[dY], d[y], size_t(n) * e, cudaMemcpyDeviceToDevice, d.s),
+                cudaSuccess);
+      kern::gate_bwd<TypeParam>(d[dG], d[dY], d[P] + di, 2 * di, R, di, d[dY], d[dP] + di,
+                                2 * di, d.s);
+    }, {g, dY, dP});
     tb.rerun("split_gate_silu + gating_fwd/gating_bwd (unfused)", [&](auto& d) {
       kern::split_gate_silu<TypeParam>(d[P], R, di, tmp[0], tmp[1], tmp[2], d.s);
       kern::gating_fwd<TypeParam>(d[y], tmp[2], n, d[g], d.s);
