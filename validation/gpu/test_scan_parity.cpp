@@ -526,6 +526,16 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     }
   };
 
+  // Before a later backward: its outputs NaN-filled, its accumulators back at their start.
+  auto reset_backward = [&]() {
+    for (auto* t : {&d_delta, &du, &dz}) fill_nan(*t);
+    fill_nan(dB);
+    fill_nan(dC);
+    fill_nan(dh0);
+    dD.upload(in.dD0.data(), in.dD0.size(), kStream);
+    dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+  };
+
   // Second run without dh0 (accumulators reset): bitwise the same everything else.
   dD.upload(in.dD0.data(), in.dD0.size(), kStream);
   dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
@@ -555,12 +565,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       b2.workspace_bytes = seg_ws;
       b2.partial_budget = budget;
       b2.dh0 = dh0.get();
-      for (auto* t : {&d_delta, &du, &dz}) fill_nan(*t);
-      fill_nan(dB);
-      fill_nan(dC);
-      fill_nan(dh0);
-      dD.upload(in.dD0.data(), in.dD0.size(), kStream);
-      dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+      reset_backward();
       scan::backward<T>(b2, kStream);
       expect_same_backward(sl, true);
     }
@@ -575,17 +580,12 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
         DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
         fill_nan(ws3);
-        for (auto* t : {&du, &dz}) fill_nan(*t);
-        fill_nan(dB);
-        fill_nan(dC);
-        fill_nan(dh0);
+        reset_backward();
         MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
                                       cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
         if (du_over_dy)
           MC_CUDA_CHECK(cudaMemcpyAsync(du.get(), dy.get(), size_t(n) * sizeof(T),
                                         cudaMemcpyDeviceToDevice, kStream), il + ": copy dy");
-        dD.upload(in.dD0.data(), in.dD0.size(), kStream);
-        dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
         scan::BwdParams<T> b3 = b;
         b3.delta = {d_delta.get(), 0};
         if (du_over_dy) b3.dy = {du.get(), 0};
@@ -640,12 +640,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt, G);
         DeviceBuffer<char> ws_g(ws_n, "scan workspace (grouped)");
         fill_nan(ws_g);
-        for (auto* t : {&d_delta, &du, &dz}) fill_nan(*t);
-        fill_nan(dB);
-        fill_nan(dC);
-        fill_nan(dh0);
-        dD.upload(in.dD0.data(), in.dD0.size(), kStream);
-        dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
+        reset_backward();
         scan::BwdParams<T> bg = b;
         bg.saved = saved_g.get();
         bg.checkpoint_group = G;
