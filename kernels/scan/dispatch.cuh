@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -240,7 +241,6 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
   r.T = s.T;
   r.di = s.di;
   r.ds = s.ds;
-  r.K = pl.K;
   r.delta = a.delta;
   r.ld_delta = a.ld_delta;
   r.delta_bias = a.delta_bias;
@@ -265,8 +265,13 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
       std::string("ckpt_refill_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
   const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
       block{unsigned(kRefillThreads)};
-  auto* k = e == scan::ExpMath::Hardware ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware>
-                                         : &ckpt_refill_kernel<T, scan::ExpMath::Accurate>;
+  const bool hw = e == scan::ExpMath::Hardware;
+  auto* k = pl.K == 16 ? (hw ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware, 16>
+                             : &ckpt_refill_kernel<T, scan::ExpMath::Accurate, 16>)
+                       : (hw ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware, 8>
+                             : &ckpt_refill_kernel<T, scan::ExpMath::Accurate, 8>);
+  if (pl.K != 16 && pl.K != 8)
+    throw std::logic_error("launch_refill: the refill is compiled for chunks of 8 and 16 steps");
   launch(k, grid, block, 0, st, r);
   MC_LAUNCH_CHECK(name.c_str());
 }
