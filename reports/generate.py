@@ -281,7 +281,8 @@ def load_bench(paths):
                           "verified", "eager_us", "graph_us", "phase_gemm_us", "phase_scan_us",
                           "phase_elementwise_us", "gemm_TFLOPs", "peak_bytes", "graph_mem_bytes",
                           "peer_graph_us", "peer_peak_gib", "speedup_vs_peer", "target_speedup",
-                          "meets_target", "peak_vs_peer", "graph_bitwise_equal"):
+                          "meets_target", "peak_vs_peer", "graph_bitwise_equal",
+                          "scan_checkpoint_group"):
                     base[k] = num(b.get(k))
                 step.append(base)
                 continue
@@ -738,7 +739,11 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
 
         def scan_name(r):
             if r.get("checkpointed_scan") is not None:
-                return "checkpointed" if r["checkpointed_scan"] == 1 else "other"
+                if r["checkpointed_scan"] != 1:
+                    return "other"
+                g = r.get("scan_checkpoint_group")
+                # grouped checkpoints: one saved state per g chunks (kernels/scan/scan.hpp)
+                return f"checkpointed, a state per {int(g)} chunks" if g and g > 1 else "checkpointed"
             return "parallel" if r.get("parallel_scan") == 1 else "sequential"
 
         def yes_no(v):
