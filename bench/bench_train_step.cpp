@@ -57,6 +57,7 @@
 #include "bench/cuda_util.hpp"
 #include "bench/shard_launcher.hpp"
 #include "bench/timed_loop.hpp"
+#include "check/peer_step.hpp"
 #include "core/config.hpp"
 #include "core/param_layout.hpp"
 #include "gpu/model.hpp"
@@ -69,31 +70,12 @@ constexpr const char* kProgram = "bench_train_step";
 
 // ---- the peer (bench/README.md) -------------------------------------------------------------------------
 
-// state-spaces/mamba's fast path on an H200 (Mamba block with mamba_inner_fn and
-// causal_conv1d, RMSNorm and residual around the mixer, PyTorch 2.11, TF32 off),
-// B = 8: the step replayed as one CUDA graph (µs) and the peak memory (GiB).
-struct PeerRow {
-  int dm;
-  int64_t T;
-  int L;
-  double f32_graph_us, bf16_graph_us;
-  double f32_peak_gib, bf16_peak_gib;
-};
-constexpr PeerRow kPeer[] = {
-    {768, 512, 1, 3206, 984, 0.41, 0.24},
-    {768, 2048, 1, 11668, 3458, 1.41, 0.74},
-    {1024, 2048, 1, 18410, 4668, 1.87, 0.97},
-    {2048, 2048, 1, 61661, 10598, 3.73, 1.90},
-    {768, 2048, 4, 46374, 13564, 2.75, 1.41},
-};
+// The peer's figures: check/peer_step.hpp.
+using PeerRow = check::PeerStepRow;
 constexpr double kTargetBf16 = 2.0;  // x the peer's bf16 graph figure (tensor-core tier)
 constexpr double kTargetF32 = 1.5;   // x the peer's f32 graph figure (strict tier)
 
-const PeerRow* peer_of(int dm, int64_t T, int L) {
-  for (const PeerRow& p : kPeer)
-    if (p.dm == dm && p.T == T && p.L == L) return &p;
-  return nullptr;
-}
+const PeerRow* peer_of(int dm, int64_t T, int L) { return check::peer_step_row(dm, T, L); }
 
 // ---- cases ----------------------------------------------------------------------------------
 
@@ -132,7 +114,7 @@ std::vector<StepCase> make_cases(const BenchFlags& f, gpu::GemmMath gemm, gpu::T
   } else if (f.quick) {
     shapes = {{768, 512, 1}};
   } else {
-    for (const PeerRow& p : kPeer) shapes.push_back({p.dm, p.T, p.L});
+    for (const PeerRow& p : check::kPeerStep) shapes.push_back({p.dm, p.T, p.L});
   }
   std::vector<StepCase> out;
   int group = 0;
@@ -239,6 +221,53 @@ struct StepBench {
 
 StepBench* g_bench = nullptr;
 
+// The model options of a case under the bench's flags.
+gpu::RunOptions run_options(const StepCase& c, const StepBench& g) {
+  gpu::RunOptions opt;
+  opt.dtype = c.dtype;
+  opt.scan = ScanMode::Auto;
+  opt.gemm = c.gemm;
+  opt.typed_gemm = c.typed;
+  opt.device = g.flags.device;
+  opt.scan_partial_budget = g.scan_partial_budget;
+  opt.fused_dt_softplus = g.fused_dt;
+  opt.scan_channels_per_thread = g.scan_cpt;
+  opt.cublas_workspace_bytes = g.cublas_workspace;
+  opt.scan_checkpoints = g.scan_checkpoints;
+  return opt;
+}
+
+// --plan: each case's planned device memory (gpu::plan_memory: what the Model allocates,
+// computed without a device) beside the peer's peak; with MAMBACHECK_MEMORY_PLAN=1 every
+// buffer of each case too.
+void print_memory_plan(const std::vector<StepCase>& cases, const StepBench& g,
+                       double device_bytes) {
+  const char* v = std::getenv("MAMBACHECK_MEMORY_PLAN");
+  const bool buffers = v && *v && *v != '0';
+  std::printf("%-68s %12s %6s %10s %8s %5s\n", "case", "planned MB", "G", "peer MB", "÷ peer",
+              "fits");
+  for (const StepCase& c : cases) {
+    const gpu::MemoryPlan p = gpu::plan_memory(config_of(c), c.B, c.T, run_options(c, g));
+    const PeerRow* peer = c.B == check::kPeerStepBatch ? peer_of(c.d_model, c.T, c.n_layers)
+                                                       : nullptr;
+    const double peer_b =
+        peer ? (c.dtype == DType::F32 ? peer->f32_peak_gib : peer->bf16_peak_gib) * double(1ull << 30)
+             : 0.0;
+    const bool has_peer = peer && c.dtype != DType::F16;
+    char peer_mb[32] = "-", ratio[32] = "-";
+    if (has_peer) {
+      std::snprintf(peer_mb, sizeof peer_mb, "%.1f", peer_b / 1e6);
+      std::snprintf(ratio, sizeof ratio, "%.3f", double(p.total_bytes) / peer_b);
+    }
+    std::printf("%-68s %12.1f %6lld %10s %8s %5s\n", c.name.c_str(), double(p.total_bytes) / 1e6,
+                (long long)p.scan_checkpoint_group, peer_mb, ratio,
+                double(p.total_bytes) <= device_bytes ? "yes" : "no");
+    if (buffers)
+      for (const auto& [name, bytes] : p.buffers)
+        std::printf("    %-70s %12.1f MB\n", name.c_str(), double(bytes) / 1e6);
+  }
+}
+
 void settle(gpu::Model& m) {
   m.reset_state();
   // Whatever stream reset_state used, nothing of it may overlap a timed step.
@@ -271,17 +300,7 @@ void activate(StepBench& g, const StepCase& c, int i) {
     auto run = std::make_unique<StepRun>();
     const ModelConfig cfg = config_of(c);
     const Dims dims = Dims::from(cfg);
-    gpu::RunOptions opt;
-    opt.dtype = c.dtype;
-    opt.scan = ScanMode::Auto;
-    opt.gemm = c.gemm;
-    opt.typed_gemm = c.typed;
-    opt.device = g.flags.device;
-    opt.scan_partial_budget = g.scan_partial_budget;
-    opt.fused_dt_softplus = g.fused_dt;
-    opt.scan_channels_per_thread = g.scan_cpt;
-    opt.cublas_workspace_bytes = g.cublas_workspace;
-    opt.scan_checkpoints = g.scan_checkpoints;
+    const gpu::RunOptions opt = run_options(c, g);
     size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
     MC_CUDA_CHECK(cudaDeviceSynchronize(), "bench_train_step: settle before measuring memory");
     device_memory(&free0, &total);
@@ -530,14 +549,18 @@ int main_impl(int argc, char** argv) {
               "                     the scan states the forward saves: every chunk's, or one\n"
               "                     per group of chunks refilled by the backward (the same\n"
               "                     bits, less memory, one more pass of the recurrence);\n"
-              "                     default auto = grouped for bf16/f16, every for f32\n" +
+              "                     default auto = grouped for bf16/f16, every for f32\n"
+              "  --plan=GIB         no GPU needed: each row's device memory as the model would\n"
+              "                     allocate it (gpu::plan_memory; every buffer with\n"
+              "                     MAMBACHECK_MEMORY_PLAN=1) beside the peer's peak, and\n"
+              "                     whether it fits a device of GIB GiB\n" +
               exit_codes_help();
   benchmark::Initialize(rw.argc(), rw.argv(), print_help);
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
                                                                   "scan-partial-budget", "dt-proj",
                                                                   "scan-cpt", "cublas-workspace",
-                                                                  "scan-checkpoints"});
+                                                                  "scan-checkpoints", "plan"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
@@ -563,6 +586,11 @@ int main_impl(int argc, char** argv) {
     throw ConfigError("--scan-partial-budget applies to --scan-checkpoints=every or auto "
                       "(a grouped backward runs one segment per group)");
 
+  if (g.flags.values.count("plan")) {  // no device needed
+    print_memory_plan(make_cases(g.flags, gemm, typed), g,
+                      g.flags.get_double("plan", 0, 0.001, 1e6) * double(size_t(1) << 30));
+    return 0;
+  }
   if (const int rc = check_gpu_or_explain(kProgram)) return rc;
   if (g.flags.devices.size() > 1 && !g.flags.is_shard_child)
     return run_device_shards(g.flags, kProgram);

@@ -122,9 +122,9 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.workspace = bwd_region_.get();  // o_dn and dH_typed hold nothing during B3
   sp.workspace_bytes = bwd_region_.bytes();
   sp.partial_budget = scan_partial_budget_;  // the same value the workspace was sized with
-  ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
+  ctx_->phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::backward<T>(sp, s);
-  ctx_.phases().mark(Phase::Elementwise, s);
+  ctx_->phases().mark(Phase::Elementwise, s);
   fc_.check("B3 scan", l, "d_delta", d_delta, R * di);
   fc_.check("B3 scan", l, "d_u", dU, R * di);
   // B4 softplus + dt_proj (dt_in read in place from xdbl, row stride xd); the

@@ -52,6 +52,12 @@ size_t BufferPlan::total_bytes() const {
   return t;
 }
 
+std::vector<std::pair<std::string, size_t>> BufferPlan::items() const {
+  std::vector<std::pair<std::string, size_t>> v;
+  for (const auto& e : entries_) v.emplace_back(e.name, e.bytes);
+  return v;
+}
+
 size_t BufferPlan::allocate_all(const std::string& what) {
   const size_t total = total_bytes();
   size_t free_b = 0, total_b = 0;

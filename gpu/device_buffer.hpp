@@ -123,6 +123,8 @@ class BufferPlan {
     entries_.push_back({n * sizeof(T), name, [&buf, n, name] { buf.allocate(n, name); }});
   }
   size_t total_bytes() const;
+  // (name, bytes) of every buffer added, in order (what allocate_all would allocate).
+  std::vector<std::pair<std::string, size_t>> items() const;
   // what: e.g. "Model(d_model=768, L=4, B=8, T=2048, dtype=bf16)". Returns total bytes.
   size_t allocate_all(const std::string& what);
 

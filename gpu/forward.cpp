@@ -103,10 +103,10 @@ void Pipeline<T>::fused_dt_softplus(int l, const T* xdbl, const T* d_delta, T* o
     dp.di = d_.di;
     dp.d_delta = d_delta;
     dp.out = out;
-    ctx_.phases().mark(Phase::Gemm, stream());
+    ctx_->phases().mark(Phase::Gemm, stream());
     if (d_delta) kern::dt_softplus_bwd<T>(dp, stream());
     else kern::dt_softplus_fwd<T>(dp, stream());
-    ctx_.phases().mark(Phase::Elementwise, stream());
+    ctx_->phases().mark(Phase::Elementwise, stream());
   }
 }
 
@@ -210,9 +210,9 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   sp.h_final = ssm_state;
   sp.saved = a.scan_saved;
   sp.y = {a.y, di};
-  ctx_.phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
+  ctx_->phases().mark(Phase::Scan, s);  // phase timing hook (phase_timer.hpp)
   kern::scan::forward<T>(sp, s);
-  ctx_.phases().mark(Phase::Elementwise, s);
+  ctx_->phases().mark(Phase::Elementwise, s);
   fc_.check("F4d scan", l, "y", a.y, R * di);
   fc_.check("F4d scan", l, "ssm_state", ssm_state, B_ * di * ds);
   if (a.scan_saved)

@@ -53,8 +53,9 @@ void require_size(const char* what, const V& v, int64_t expected, const char* fo
   throw ConfigError(os.str());
 }
 
-// Everything that must hold before any device work (ConfigError naming field, value, limit).
-void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
+// Everything that must hold before any device work (ConfigError naming field, value, limit),
+// except a device.
+void validate_options(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
   const Dims d = Dims::from(cfg);  // validates cfg
   validate_runtime(d, B, T);
   // the scan route's own limits (d_state per implementation), before any device work
@@ -66,6 +67,11 @@ void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& op
                       std::to_string(opt.scan_partial_budget) +
                       " violates scan_partial_budget == 0 with scan_checkpoints = grouped "
                       "(its backward runs one segment per group)");
+}
+
+// ... and a device (GpuUnavailable with the reason).
+void validate(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
+  validate_options(cfg, B, T, opt);
   std::string reason;
   if (!gpu_available(&reason)) throw GpuUnavailable(reason);
 }
@@ -79,6 +85,12 @@ void require_state_grads(bool requested, const RunOptions& opt) {
 }
 
 }  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
+  validate_options(cfg, B, T, opt);
+  const Dims dims = Dims::from(cfg);
+  return plan_pipeline_memory(ParamLayout(dims), B, T, opt);
+}
 
 Model::Model(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt) {
   validate(cfg, B, T, opt);

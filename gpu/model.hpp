@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -145,6 +146,19 @@ struct RunOptions {
   size_t cublas_workspace_bytes = kCublasWorkspaceBytes;
   int device = default_device();  // 0 unless select_device() chose another
 };
+
+// The device memory of Model(cfg, B, T, opt), computed without a device (plan_memory): every
+// buffer the model allocates at construction, by name, and the cuBLAS workspace. The total
+// equals Model::device_bytes_allocated() right after construction (test_model_parity.cpp,
+// ModelMemory); the step itself allocates nothing.
+struct MemoryPlan {
+  int64_t total_bytes = 0;
+  std::vector<std::pair<std::string, int64_t>> buffers;  // (name, bytes), allocation order
+  int64_t scan_checkpoint_group = 1;  // RunOptions::scan_checkpoints resolved for the shape
+};
+// The same refusals as the Model constructor (ConfigError naming field, value, limit),
+// except that no device is needed.
+MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& opt);
 
 // Thrown by check_finite runs: names the step, tensor and first bad index.
 class NonFiniteError : public std::runtime_error {

@@ -18,6 +18,12 @@ int default_device() { return 0; }
 DeviceInfo device_info(int) { throw GpuUnavailable(kReason); }
 std::string DeviceInfo::to_string() const { return name; }
 
+// The memory plan needs the CUDA build's pipeline (and its kernels' sizes).
+MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions&) {
+  validate_runtime(Dims::from(cfg), B, T);
+  throw GpuUnavailable(kReason);
+}
+
 // Every Model member is unreachable (the constructor throws) but must link.
 struct Model::Impl {};
 [[noreturn]] static void unavailable() { throw GpuUnavailable(kReason); }

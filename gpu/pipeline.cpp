@@ -52,7 +52,7 @@ std::string describe(const Dims& d, int64_t B, int64_t T, const RunOptions& opt)
 }  // namespace
 
 template <class T>
-Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t B, int64_t T_len,
+Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t B, int64_t T_len,
                       const RunOptions& opt)
     : ctx_(ctx),
       lay_(lay),
@@ -66,10 +66,10 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
       scan_partial_budget_(opt.scan_partial_budget),
       scan_cpt_(opt.scan_channels_per_thread),
-      gemm_(ctx.cublas(), opt.gemm, opt.typed_gemm, &ctx.phases()),
+      gemm_(ctx ? ctx->cublas() : nullptr, opt.gemm, opt.typed_gemm, ctx ? &ctx->phases() : nullptr),
       fused_dt_(!std::is_same<T, float>::value && opt.typed_gemm == TypedGemm::TensorCore &&
                 opt.fused_dt_softplus && kern::dt_softplus_supported(lay.dims.dr)),
-      fc_(opt.check_finite, ctx.stream()) {
+      fc_(opt.check_finite, ctx ? ctx->stream() : nullptr) {
   kern::scan::check_shape(scan_shape_, route_);
   const int64_t L = d_.L, dm = d_.dm, di = d_.di, ds = d_.ds, dc = d_.dc, dr = d_.dr,
                 xd = d_.xd, mid = d_.mid, R = R_;
@@ -168,7 +168,18 @@ Pipeline<T>::Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t 
   // largest tensor the finite check scans in one piece
   const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * 2 * di, R * xd, R * mid, R * dm, L * B * di * std::max(dc, ds)});
   fc_.plan(plan, biggest);
-  bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx.workspace_bytes());
+  plan_.buffers.clear();
+  for (const auto& [name, bytes] : plan.items()) plan_.buffers.emplace_back(name, int64_t(bytes));
+  plan_.scan_checkpoint_group = scan_group_;
+  if (!ctx) {  // plan only: the buffers, and the cuBLAS workspace a context would allocate
+    plan_.buffers.emplace_back("cublas_workspace", int64_t(opt.cublas_workspace_bytes));
+    plan_.total_bytes = int64_t(plan.total_bytes()) + int64_t(opt.cublas_workspace_bytes);
+    bytes_ = plan_.total_bytes;
+    return;
+  }
+  bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx->workspace_bytes());
+  plan_.buffers.emplace_back("cublas_workspace", int64_t(ctx->workspace_bytes()));
+  plan_.total_bytes = bytes_;
   // Defined contents everywhere the first use may read: zero state and grads.
   conv_state_.zero(stream());
   ssm_state_.zero(stream());
@@ -341,9 +352,19 @@ void Pipeline<T>::check_external_inputs_forward() {
 std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const ParamLayout& lay,
                                             int64_t B, int64_t T, const RunOptions& opt) {
   switch (opt.dtype) {
-    case DType::F32: return std::make_unique<Pipeline<float>>(ctx, lay, B, T, opt);
-    case DType::BF16: return std::make_unique<Pipeline<__nv_bfloat16>>(ctx, lay, B, T, opt);
-    case DType::F16: return std::make_unique<Pipeline<__half>>(ctx, lay, B, T, opt);
+    case DType::F32: return std::make_unique<Pipeline<float>>(&ctx, lay, B, T, opt);
+    case DType::BF16: return std::make_unique<Pipeline<__nv_bfloat16>>(&ctx, lay, B, T, opt);
+    case DType::F16: return std::make_unique<Pipeline<__half>>(&ctx, lay, B, T, opt);
+  }
+  throw ConfigError("dtype: unknown value");
+}
+
+MemoryPlan plan_pipeline_memory(const ParamLayout& lay, int64_t B, int64_t T,
+                                const RunOptions& opt) {
+  switch (opt.dtype) {
+    case DType::F32: return Pipeline<float>(nullptr, lay, B, T, opt).memory_plan();
+    case DType::BF16: return Pipeline<__nv_bfloat16>(nullptr, lay, B, T, opt).memory_plan();
+    case DType::F16: return Pipeline<__half>(nullptr, lay, B, T, opt).memory_plan();
   }
   throw ConfigError("dtype: unknown value");
 }

@@ -121,6 +121,10 @@ class PipelineBase {
 
 std::unique_ptr<PipelineBase> make_pipeline(const DeviceContext& ctx, const ParamLayout& lay,
                                             int64_t B, int64_t T, const RunOptions& opt);
+// The buffers make_pipeline would allocate, with the cuBLAS workspace, computed without a
+// device (a plan-only pipeline: the same constructor, nothing allocated).
+MemoryPlan plan_pipeline_memory(const ParamLayout& lay, int64_t B, int64_t T,
+                                const RunOptions& opt);
 
 // Raw pointers to one layer's saved activations (or the target forward's
 // nosave set, where conv_s0 and scan_saved are nullptr).
@@ -157,8 +161,11 @@ struct TargetBuffers {
 template <class T>
 class Pipeline final : public PipelineBase {
  public:
-  Pipeline(const DeviceContext& ctx, const ParamLayout& lay, int64_t B, int64_t T_len,
+  // ctx null: plan only (memory_plan()); no buffer is allocated and no method but
+  // memory_plan and the accessors may be called.
+  Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t B, int64_t T_len,
            const RunOptions& opt);
+  const MemoryPlan& memory_plan() const { return plan_; }
 
   void set_params(const float* host) override;
   void set_state(const float* conv, const float* ssm) override;
@@ -221,9 +228,9 @@ class Pipeline final : public PipelineBase {
   float* ssm_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.ds; }
   float* hs(int l) const { return hs_.get() + int64_t(l) * R_ * d_.dm; }
 
-  cudaStream_t stream() const { return ctx_.stream(); }
+  cudaStream_t stream() const { return ctx_->stream(); }
 
-  const DeviceContext& ctx_;
+  const DeviceContext* ctx_;  // null: a plan-only pipeline (plan_memory), no device work
   const ParamLayout lay_;
   const Dims d_;
   const int64_t B_, T_, R_;
@@ -242,6 +249,7 @@ class Pipeline final : public PipelineBase {
   const bool fused_dt_;
   FiniteChecker fc_;
   int64_t bytes_ = 0;
+  MemoryPlan plan_;  // the constructor's buffer plan (and, on a device, what it allocated)
   bool have_params_ = false;
   bool have_forward_ = false;
   bool have_d_input_ = false;

@@ -374,6 +374,42 @@ TEST(ModelRefusals, CublasWorkspaceOutOfRangeNamingTheField) {
   }
 }
 
+// gpu::plan_memory (the buffer plan without a device; test_memory_plan.cpp checks its
+// properties on the CPU) is what a Model allocates, byte for byte, over dtypes, scan routes,
+// checkpoint modes and the options that change the plan.
+TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
+  struct Variant {
+    DType dt;
+    ScanMode scan;
+    ScanCheckpoints ck;
+    size_t partial_budget;
+    bool fused_dt;
+  };
+  const Variant variants[] = {
+      {DType::F32, ScanMode::Auto, ScanCheckpoints::Auto, 0, false},
+      {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, false},
+      {DType::F16, ScanMode::Auto, ScanCheckpoints::Every, 0, false},
+      {DType::BF16, ScanMode::Auto, ScanCheckpoints::Every, gpu::kScanPartialsFitScratch, false},
+      {DType::F32, ScanMode::Auto, ScanCheckpoints::Grouped, 0, false},
+      {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, true},
+      {DType::F32, ScanMode::Parallel, ScanCheckpoints::Auto, 0, false},
+      {DType::BF16, ScanMode::Sequential, ScanCheckpoints::Auto, 0, false}};
+  for (const ModelConfig& cfg : {make_cfg(64, 16, 4, 2, 2, 24), make_cfg(48, 5, 3, 2, 1, 7)})
+    for (const Variant& v : variants) {
+      gpu::RunOptions o;
+      o.dtype = v.dt;
+      o.scan = v.scan;
+      o.scan_checkpoints = v.ck;
+      o.scan_partial_budget = v.partial_budget;
+      o.fused_dt_softplus = v.fused_dt;
+      const gpu::MemoryPlan p = gpu::plan_memory(cfg, 3, 300, o);
+      gpu::Model m(cfg, 3, 300, o);
+      EXPECT_EQ(m.device_bytes_allocated(), p.total_bytes)
+          << to_string(v.dt) << " " << to_string(v.scan) << " " << to_string(v.ck);
+      EXPECT_EQ(m.scan_checkpoint_group(), p.scan_checkpoint_group);
+    }
+}
+
 // Grouped scan checkpoints run one backward segment per group: a partial budget beside
 // them is refused, naming both settings, before any device work. Auto resolves per dtype.
 TEST(ModelRefusals, ScanPartialBudgetWithGroupedCheckpointsNamingTheField) {

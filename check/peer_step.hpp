@@ -1,0 +1,37 @@
+// check/peer_step.hpp — the reference implementation's training-step figures that issue 9's
+// targets are stated against: state-spaces/mamba's fast path (the Mamba block with
+// mamba_inner_fn and causal_conv1d, RMSNorm and residual around the mixer, PyTorch 2.11,
+// TF32 off) measured on an H200 at B = 8, d_state 16, expand 2, d_conv 4 (bench/README.md).
+// Shared by bench_train_step (the ratio printed beside each row) and the memory-plan test
+// (validation/gpu/test_memory_plan.cpp: the planned peak at or below the peer's).
+#pragma once
+
+#include <cstdint>
+
+namespace mc::check {
+
+struct PeerStepRow {
+  int dm;
+  int64_t T;
+  int L;
+  double f32_graph_us, bf16_graph_us;  // the step replayed as one CUDA graph
+  double f32_peak_gib, bf16_peak_gib;  // peak device memory
+};
+
+inline constexpr PeerStepRow kPeerStep[] = {
+    {768, 512, 1, 3206, 984, 0.41, 0.24},
+    {768, 2048, 1, 11668, 3458, 1.41, 0.74},
+    {1024, 2048, 1, 18410, 4668, 1.87, 0.97},
+    {2048, 2048, 1, 61661, 10598, 3.73, 1.90},
+    {768, 2048, 4, 46374, 13564, 2.75, 1.41},
+};
+inline constexpr int64_t kPeerStepBatch = 8;
+
+// The row of (d_model, T, layers), or nullptr.
+inline const PeerStepRow* peer_step_row(int dm, int64_t T, int L) {
+  for (const PeerStepRow& p : kPeerStep)
+    if (p.dm == dm && p.T == T && p.L == L) return &p;
+  return nullptr;
+}
+
+}  // namespace mc::check

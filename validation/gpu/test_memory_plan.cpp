@@ -1,0 +1,121 @@
+// ctest-labels: cpu
+// test_memory_plan.cpp — the training step's device memory as planned without a device
+// (gpu::plan_memory: the Model's own buffer plan, nothing allocated). Runs on the CPU; the
+// GPU suite holds the plan to what a Model really allocates (test_model_parity.cpp,
+// ModelMemory.DeviceBytesEqualThePlan), so these properties are the step's.
+//   * at every row of the peer table (check/peer_step.hpp), on the default tiers, the
+//     planned peak is at or below the reference implementation's measured peak (issue 9);
+//   * the plan's buffers add up to its total, and grouped scan checkpoints change only
+//     the saved states (exactly the states they do not save) and never grow the shared
+//     region that holds the scan workspace with a group's refilled states;
+//   * plan_memory refuses what the Model refuses, naming the field.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "check/peer_step.hpp"
+#include "core/config.hpp"
+#include "gpu/model.hpp"
+#include "kernels/scan/scan.hpp"
+
+namespace mc::testing {
+namespace {
+
+ModelConfig peer_config(const check::PeerStepRow& r) {  // bench_train_step's rows
+  ModelConfig c;
+  c.d_model = r.dm;
+  c.d_state = 16;
+  c.d_conv = 4;
+  c.expand = 2;
+  c.n_layers = r.L;
+  c.input_dim = r.dm;
+  return c;
+}
+
+int64_t sum_of_buffers(const gpu::MemoryPlan& p) {
+  int64_t s = 0;
+  for (const auto& b : p.buffers) s += b.second;
+  return s;
+}
+
+TEST(MemoryPlan, AtOrBelowThePeersPeakAtEveryRow) {
+  for (const check::PeerStepRow& r : check::kPeerStep)
+    for (DType dt : {DType::F32, DType::BF16}) {
+      gpu::RunOptions o;  // the default tiers: strict f32, bf16 on tensor cores
+      o.dtype = dt;
+      const gpu::MemoryPlan p = gpu::plan_memory(peer_config(r), check::kPeerStepBatch, r.T, o);
+      const double peer = (dt == DType::F32 ? r.f32_peak_gib : r.bf16_peak_gib) * double(1ull << 30);
+      const std::string row = std::to_string(r.dm) + "/" + std::to_string(r.T) + " x" +
+                              std::to_string(r.L) + " " + to_string(dt);
+      std::cout << "  " << row << ": planned " << double(p.total_bytes) / 1e6 << " MB, peer "
+                << peer / 1e6 << " MB (" << double(p.total_bytes) / peer << "x), scan group "
+                << p.scan_checkpoint_group << "\n";
+      EXPECT_EQ(sum_of_buffers(p), p.total_bytes) << row;
+      EXPECT_LE(double(p.total_bytes), peer) << row;
+    }
+}
+
+TEST(MemoryPlan, GroupedCheckpointsChangeOnlyTheSavedStates) {
+  for (const check::PeerStepRow& r : check::kPeerStep) {
+    const ModelConfig cfg = peer_config(r);
+    gpu::RunOptions every, grouped;
+    every.dtype = grouped.dtype = DType::BF16;
+    every.scan_checkpoints = ScanCheckpoints::Every;
+    grouped.scan_checkpoints = ScanCheckpoints::Grouped;
+    const gpu::MemoryPlan pe = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, every);
+    const gpu::MemoryPlan pg = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, grouped);
+    const Dims d = Dims::from(cfg);
+    const kern::scan::Shape s{check::kPeerStepBatch, r.T, d.di, d.ds};
+    const int64_t G = pg.scan_checkpoint_group;
+    EXPECT_EQ(pe.scan_checkpoint_group, 1);
+    EXPECT_GE(G, 2) << r.dm << "/" << r.T;
+    // the largest group whose workspace fits in what the shared region already holds
+    EXPECT_EQ(G, kern::scan::max_checkpoint_group(s, ScanRoute::Checkpointed,
+                                                  kern::scan::bwd_workspace_bytes(
+                                                      s, ScanRoute::Checkpointed,
+                                                      kern::scan::group_partial_budget(
+                                                          s, ScanRoute::Checkpointed, G),
+                                                      0, G)));
+    // buffer by buffer: the same, except the saved states (exactly the states not saved)
+    // and the shared region holding the scan workspace, which does not grow
+    const int64_t freed = 4 * d.L *
+                          int64_t(kern::scan::saved_floats(s, ScanRoute::Checkpointed) -
+                                  kern::scan::saved_floats(s, ScanRoute::Checkpointed, G));
+    ASSERT_EQ(pe.buffers.size(), pg.buffers.size());
+    for (size_t i = 0; i < pe.buffers.size(); ++i) {
+      const auto& [name, bytes] = pe.buffers[i];
+      ASSERT_EQ(name, pg.buffers[i].first);
+      const int64_t diff = bytes - pg.buffers[i].second;
+      if (name == "scan_saved_states")
+        EXPECT_EQ(diff, freed) << name;
+      else if (name.find("scan_bwd_workspace") != std::string::npos)
+        EXPECT_GE(diff, 0) << name << ": the grouped workspace grew the region";
+      else
+        EXPECT_EQ(diff, 0) << name;
+    }
+    // Auto is grouped for bf16
+    gpu::RunOptions dflt;
+    dflt.dtype = DType::BF16;
+    EXPECT_EQ(gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, dflt).total_bytes, pg.total_bytes);
+  }
+}
+
+TEST(MemoryPlan, RefusesWhatTheModelRefuses) {
+  ModelConfig cfg = peer_config(check::kPeerStep[0]);
+  cfg.d_state = 257;
+  try {
+    gpu::plan_memory(cfg, 8, 64, gpu::RunOptions{});
+    ADD_FAILURE() << "d_state 257 planned";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("d_state"), std::string::npos) << e.what();
+  }
+  gpu::RunOptions o;
+  o.dtype = DType::BF16;
+  o.scan_checkpoints = ScanCheckpoints::Grouped;
+  o.scan_partial_budget = 1;
+  EXPECT_THROW(gpu::plan_memory(peer_config(check::kPeerStep[0]), 8, 64, o), ConfigError);
+}
+
+}  // namespace
+}  // namespace mc::testing
