@@ -132,16 +132,7 @@ std::vector<StepCase> make_cases(const BenchFlags& f, gpu::GemmMath gemm, gpu::T
   return out;
 }
 
-ModelConfig config_of(const StepCase& c) {
-  ModelConfig cfg;
-  cfg.d_model = c.d_model;
-  cfg.d_state = 16;
-  cfg.d_conv = 4;
-  cfg.expand = 2;
-  cfg.n_layers = c.n_layers;
-  cfg.input_dim = c.d_model;
-  return cfg;
-}
+ModelConfig config_of(const StepCase& c) { return check::step_config(c.d_model, c.n_layers); }
 
 struct FlopModel {
   double gemm_fwd = 0, gemm_bwd = 0, scan = 0;

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "core/config.hpp"
+
 namespace mc::check {
 
 struct PeerStepRow {
@@ -26,6 +28,19 @@ inline constexpr PeerStepRow kPeerStep[] = {
     {768, 2048, 4, 46374, 13564, 2.75, 1.41},
 };
 inline constexpr int64_t kPeerStepBatch = 8;
+
+// The model of a row (and of bench_train_step's other widths): d_state 16, d_conv 4,
+// expand 2, input_proj from d_model.
+inline ModelConfig step_config(int d_model, int n_layers) {
+  ModelConfig c;
+  c.d_model = d_model;
+  c.d_state = 16;
+  c.d_conv = 4;
+  c.expand = 2;
+  c.n_layers = n_layers;
+  c.input_dim = d_model;
+  return c;
+}
 
 // The row of (d_model, T, layers), or nullptr.
 inline const PeerStepRow* peer_step_row(int dm, int64_t T, int L) {

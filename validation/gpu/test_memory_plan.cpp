@@ -22,16 +22,7 @@
 namespace mc::testing {
 namespace {
 
-ModelConfig peer_config(const check::PeerStepRow& r) {  // bench_train_step's rows
-  ModelConfig c;
-  c.d_model = r.dm;
-  c.d_state = 16;
-  c.d_conv = 4;
-  c.expand = 2;
-  c.n_layers = r.L;
-  c.input_dim = r.dm;
-  return c;
-}
+ModelConfig peer_config(const check::PeerStepRow& r) { return check::step_config(r.dm, r.L); }
 
 int64_t sum_of_buffers(const gpu::MemoryPlan& p) {
   int64_t s = 0;
