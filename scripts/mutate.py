@@ -804,11 +804,22 @@ def cmd_check(a):
     """Every command of the suite must select at least one test of its binary: a
     filter that matches nothing passes vacuously (the `steps` filter once named
     StepParity.* while the typed suite's tests are StepParity/<n>.*, and the step
-    kernels' mutants then met no step test on the GPU)."""
+    kernels' mutants then met no step test on the GPU). And every mutant's patch must
+    apply to the sources as they are: six had gone stale under later kernel changes
+    (found 2026-12-05), which `build` reports only on the way to a GPU."""
     build = os.path.realpath(a.build)
     with open(a.suite) as f:
         suite = json.load(f)
     bad = 0
+    import tempfile
+    for m in load_mutants():
+        with tempfile.TemporaryDirectory() as w:
+            _, _, r = patched_sources(m, w)
+        if r.returncode != 0:
+            log(f"mutate check: {m['patch']} does not apply: {(r.stdout + r.stderr).strip()[:200]}")
+            bad += 1
+    log(f"mutate check: all {len(load_mutants())} patches apply" if not bad else
+        f"mutate check: {bad} patch(es) do not apply")
     for c in suite["commands"]:
         exe = os.path.join(build, c["exe"])
         if not os.path.exists(exe):
