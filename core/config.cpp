@@ -158,10 +158,12 @@ ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype) {
   return dtype == DType::F32 ? ScanExp::Accurate : ScanExp::Hardware;
 }
 
-ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype) {
+ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype,
+                                 bool partial_budget_set) {
   if (r != ScanRoute::Checkpointed) return ScanCheckpoints::Every;
   if (c != ScanCheckpoints::Auto) return c;
-  return dtype == DType::F32 ? ScanCheckpoints::Every : ScanCheckpoints::Grouped;
+  return dtype == DType::F32 || partial_budget_set ? ScanCheckpoints::Every
+                                                   : ScanCheckpoints::Grouped;
 }
 
 int64_t params_per_layer(const Dims& d) {

@@ -103,7 +103,10 @@ ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);
 // the bf16 step the checkpoints are the largest saved tensor after the in_proj output, and
 // grouping them is what brings its peak under the reference implementation's; the f32 step
 // is already under it with every chunk's state saved, and keeps the backward one pass shorter.
-ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype);
+// With a scan partial budget set (RunOptions::scan_partial_budget, which sizes the
+// every-chunk backward's segments) Auto is Every.
+ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype,
+                                 bool partial_budget_set = false);
 
 // Parameter counts (the tensors of core/param_layout.hpp).
 int64_t params_per_layer(const Dims& d);

@@ -62,7 +62,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   T* dU = scan_in_place ? a.y : sc.s3;         // B3 -> B6
   // the dt_proj accumulator of the Δ recompute and of B4, in the shared region (it holds
   // nothing from B1's reads of dH_typed to B7)
-  float* dt_acc = dt_acc_at_b4();
+  float* dt_acc = dt_acc_in_region();
   T* d_draw = sc.s1;      // B4: dΔraw (over dΔ on the checkpointed route, elementwise)
   T* dU_x = sc.s1;        // B5 -> B6 (written once B4's GEMMs have read dΔraw)
   T* dP = sc.dP;          // [R, 2di] = [dxb | dz]: dz from B2, dxb from B6, read by B7

@@ -61,12 +61,16 @@ void Pipeline<T>::conv_forward(int l, const T* proj, const float* s0, float* fin
   kern::conv1d_silu_fwd<T>(cp, stream());
 }
 
-// check_finite of u, which is not contiguous (dP's x half): its rows copied into the
+// check_finite of u. In dP's x half it is not contiguous: its rows are copied into the
 // free accumulator space `tmp` (R·di f32 >= R·di T) and checked there. No-op when off.
 template <class T>
 void Pipeline<T>::check_u(const char* step, int l, float* tmp) {
   if (!fc_.enabled()) return;
   const LayerScratch<T> sc = scratch();
+  if (sc.ld_u == d_.di) {  // the cross-check routes' contiguous u
+    fc_.check(step, l, "u", sc.u, R_ * d_.di);
+    return;
+  }
   const size_t row = size_t(d_.di) * sizeof(T);
   MC_CUDA_CHECK(cudaMemcpy2DAsync(tmp, row, sc.u, size_t(sc.ld_u) * sizeof(T), row, size_t(R_),
                                   cudaMemcpyDeviceToDevice, stream()),
@@ -246,7 +250,7 @@ void Pipeline<T>::forward() {
   PendingAdd pend{hs(0), input_proj_bias(hs(0)), -1};
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, saved(l), pend, residual_after(l), conv_state(l, conv_state_.get()),
-                         ssm_state(l, ssm_state_.get()), dt_acc_at_b4());
+                         ssm_state(l, ssm_state_.get()), dt_acc_in_region());
   // norm_f on all positions
   norm_with_pending(pend, p(lay_.norm_f_w), out_typed(), rms_f_.get());
   fc_.check("norm_f", -1, "output", out_typed(), R * dm);

@@ -85,9 +85,8 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
   // The scan's checkpoints: every chunk's state, or one per group of chunks whose states
   // the backward refills into its workspace in the shared region (the largest group that
   // fits there with one segment per group, so grouping adds no bytes; at least 2 chunks).
-  ScanCheckpoints ck = scan_checkpoints(opt.scan_checkpoints, route_, opt.dtype);
-  if (opt.scan_checkpoints == ScanCheckpoints::Auto && opt.scan_partial_budget != 0)
-    ck = ScanCheckpoints::Every;  // a partial budget asks for the every-chunk backward
+  const ScanCheckpoints ck = scan_checkpoints(opt.scan_checkpoints, route_, opt.dtype,
+                                             opt.scan_partial_budget != 0);
   if (ck == ScanCheckpoints::Grouped) {  // (Model refused a partial budget with it)
     const int64_t n_ckpt =
         kern::scan::geometry(scan_shape_, route_, true, 0, scan_cpt_).n_ckpt;
@@ -168,18 +167,15 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
   // largest tensor the finite check scans in one piece
   const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * 2 * di, R * xd, R * mid, R * dm, L * B * di * std::max(dc, ds)});
   fc_.plan(plan, biggest);
-  plan_.buffers.clear();
+  // the plan, with the cuBLAS workspace the context holds (or, plan only, would hold)
+  const size_t cublas_ws = ctx ? ctx->workspace_bytes() : opt.cublas_workspace_bytes;
   for (const auto& [name, bytes] : plan.items()) plan_.buffers.emplace_back(name, int64_t(bytes));
+  plan_.buffers.emplace_back("cublas_workspace", int64_t(cublas_ws));
+  plan_.total_bytes = int64_t(plan.total_bytes() + cublas_ws);
   plan_.scan_checkpoint_group = scan_group_;
-  if (!ctx) {  // plan only: the buffers, and the cuBLAS workspace a context would allocate
-    plan_.buffers.emplace_back("cublas_workspace", int64_t(opt.cublas_workspace_bytes));
-    plan_.total_bytes = int64_t(plan.total_bytes()) + int64_t(opt.cublas_workspace_bytes);
-    bytes_ = plan_.total_bytes;
-    return;
-  }
-  bytes_ = int64_t(plan.allocate_all(describe(d_, B, T_len, opt))) + int64_t(ctx->workspace_bytes());
-  plan_.buffers.emplace_back("cublas_workspace", int64_t(ctx->workspace_bytes()));
-  plan_.total_bytes = bytes_;
+  bytes_ = plan_.total_bytes;
+  if (!ctx) return;  // plan only
+  plan.allocate_all(describe(d_, B, T_len, opt));
   // Defined contents everywhere the first use may read: zero state and grads.
   conv_state_.zero(stream());
   ssm_state_.zero(stream());

@@ -282,7 +282,7 @@ class Pipeline final : public PipelineBase {
   T* dH_typed() const { return reinterpret_cast<T*>(bwd_region_.get() + dH_typed_offset_); }
   float* norm_f_input() const { return reinterpret_cast<float*>(bwd_region_.get() + z_offset_); }
   T* post_norm_slot() const { return reinterpret_cast<T*>(bwd_region_.get() + z_offset_); }
-  float* dt_acc_at_b4() const { return reinterpret_cast<float*>(bwd_region_.get()); }
+  float* dt_acc_in_region() const { return reinterpret_cast<float*>(bwd_region_.get()); }
   // where layer l's F6 residual sum goes: the next layer's input, or Z after the last layer
   float* residual_after(int l) const { return l + 1 < d_.L ? hs(l + 1) : norm_f_input(); }
   // target forward (lazy)

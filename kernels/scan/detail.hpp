@@ -51,7 +51,10 @@ struct CkptSegments {
 };
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
                            int64_t checkpoint_group = 1);
-// Saved states per sample of a forward with `checkpoint_group` (ConfigError below 1).
+// checkpoint_group: >= 1, and 1 off the checkpointed route (ConfigError naming fn, the
+// field, the value and the limit). Every entry point that takes a group calls it first.
+void require_checkpoint_group(const char* fn, scan::Route route, int64_t group);
+// Saved states per sample of a forward with a checked `checkpoint_group`.
 int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group);
 
 // Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,

@@ -70,7 +70,7 @@ constexpr size_t kCkptSmemCap = 232448;
 // ---- checkpointed forward ---------------------------------------------------------------
 // The kernel arguments of a checkpointed forward (both plans).
 template <class T>
-CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p) {
+CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p, const CkptPlan& pl) {
   const scan::Shape& s = p.shape;
   const char* fn = "scan::forward";
   CkptFwdArgs<T> a;
@@ -94,9 +94,8 @@ CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p) {
   a.h0 = p.h0;
   a.h_final = p.h_final;
   a.ckpt = p.saved;
-  const CkptPlan fwd_plan = ckpt_plan(s, false, p.channels_per_thread);
-  a.n_saved = ckpt_saved_per_sample(fwd_plan, p.checkpoint_group);
-  a.ckpt_group = std::min<int64_t>(p.checkpoint_group, fwd_plan.n_ckpt);
+  a.n_saved = ckpt_saved_per_sample(pl, p.checkpoint_group);
+  a.ckpt_group = std::min<int64_t>(p.checkpoint_group, pl.n_ckpt);
   a.y = p.y.p;
   a.ld_y = effective_ld(fn, "y", p.y.ld, s.di);
   return a;
@@ -105,7 +104,7 @@ CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p) {
 template <class T, int S, int L, int K>
 void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptFwdArgs<T> a = ckpt_fwd_args(p);
+  const CkptFwdArgs<T> a = ckpt_fwd_args(p, pl);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
   g.async_bc = async_bc(a);
@@ -143,7 +142,7 @@ inline TileGeom tile_geom(const CkptPlan& pl, const scan::Shape& s) {
 template <class T, int DT>
 void tile_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptFwdArgs<T> a = ckpt_fwd_args(p);
+  const CkptFwdArgs<T> a = ckpt_fwd_args(p, pl);
   TileGeom g = tile_geom(pl, s);
   g.async_bc = async_bc(a);
   g.async_act = async_act(a, pl.cb);
@@ -230,7 +229,7 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
 }
 
 // The refill of grouped checkpoints (refill_kernels.cuh): the states before chunks
-// c_lo .. c_hi-1 into `dense` [B, slots, di, ds], from the forward's saved state of c_lo.
+// c_lo .. c_hi-1 into `dense` [B, group, di, ds], from the forward's saved state of c_lo.
 template <class T>
 void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSegments& sg,
                    const CkptBwdArgs<T>& a, float* dense, int64_t c_lo, int64_t c_hi,
@@ -253,7 +252,6 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
   r.n_saved = sg.n_saved;
   r.group = sg.group;
   r.dense = dense;
-  r.slots = sg.group;
   r.c_lo = c_lo;
   r.c_hi = c_hi;
   // 4 B values a load: the row start and stride keep every 4-element group aligned
@@ -265,13 +263,13 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
       std::string("ckpt_refill_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
   const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
       block{unsigned(kRefillThreads)};
+  if (pl.K != 16 && pl.K != 8)
+    throw std::logic_error("launch_refill: the refill is compiled for chunks of 8 and 16 steps");
   const bool hw = e == scan::ExpMath::Hardware;
   auto* k = pl.K == 16 ? (hw ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware, 16>
                              : &ckpt_refill_kernel<T, scan::ExpMath::Accurate, 16>)
                        : (hw ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware, 8>
                              : &ckpt_refill_kernel<T, scan::ExpMath::Accurate, 8>);
-  if (pl.K != 16 && pl.K != 8)
-    throw std::logic_error("launch_refill: the refill is compiled for chunks of 8 and 16 steps");
   launch(k, grid, block, 0, st, r);
   MC_LAUNCH_CHECK(name.c_str());
 }
@@ -456,16 +454,6 @@ void legacy_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
 
 namespace mc::kern::scan {
 
-// checkpoint_group: >= 1, and 1 off the checkpointed route (ConfigError naming it).
-inline void require_checkpoint_group(const char* fn, Route route, int64_t group) {
-  if (group < 1)
-    scan_detail::fail(fn, "checkpoint_group", group, ">=", 1,
-                      "chunks per saved state; 1 = every chunk's state saved");
-  if (route != Route::Checkpointed && group != 1)
-    scan_detail::fail(fn, "checkpoint_group", group, "==", 1,
-                      "grouped checkpoints are a checkpointed-route setting");
-}
-
 template <class T>
 void forward(const FwdParams<T>& p, cudaStream_t stream) {
   using namespace scan_detail;
@@ -477,7 +465,7 @@ void forward(const FwdParams<T>& p, cudaStream_t stream) {
   require_ptr(fn, "Cm", p.Cm.p);
   require_ptr(fn, "a_neg", p.a_neg);
   require_ptr(fn, "y", p.y.p);
-  require_checkpoint_group(fn, p.route, p.checkpoint_group);
+  scan_detail::require_checkpoint_group(fn, p.route, p.checkpoint_group);
   if (p.route == Route::Checkpointed)
     ckpt_forward<T>(p, stream);
   else
@@ -526,7 +514,7 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
   // before its outputs are stored)
   require_in_place_allowed(fn, p.route, p.shape, "d_delta", p.d_delta, "delta", p.delta);
   require_in_place_allowed(fn, p.route, p.shape, "du", p.du, "dy", p.dy);
-  require_checkpoint_group(fn, p.route, p.checkpoint_group);
+  scan_detail::require_checkpoint_group(fn, p.route, p.checkpoint_group);
   const size_t need = bwd_workspace_bytes(p.shape, p.route, p.partial_budget,
                                           p.channels_per_thread, p.checkpoint_group);
   if (p.workspace_bytes < need)

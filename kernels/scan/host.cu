@@ -37,17 +37,8 @@ void check_shape(const Shape& s, Route r) {
   }
 }
 
-namespace {
-// checkpoint_group is a checkpointed-route setting: 1 elsewhere (ConfigError otherwise).
-void check_group_route(Route r, int64_t checkpoint_group) {
-  if (r != Route::Checkpointed && checkpoint_group != 1)
-    scan_detail::fail("scan", "checkpoint_group", checkpoint_group, "==", 1,
-                      "grouped checkpoints are a checkpointed-route setting");
-}
-}  // namespace
-
 size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group) {
-  check_group_route(r, checkpoint_group);
+  scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   if (r == Route::Checkpointed)
     return size_t(s.B) *
            size_t(scan_detail::ckpt_saved_per_sample(scan_detail::ckpt_plan(s, false),
@@ -58,7 +49,7 @@ size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group) {
 
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget,
                            int channels_per_thread, int64_t checkpoint_group) {
-  check_group_route(r, checkpoint_group);
+  scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
     size_t off[7];
@@ -71,10 +62,10 @@ size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget,
 
 size_t group_partial_budget(const Shape& s, Route r, int64_t checkpoint_group,
                             int channels_per_thread) {
-  check_group_route(r, checkpoint_group);
+  scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   if (r != Route::Checkpointed) return 0;
   const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
-  const int64_t g = std::min<int64_t>(std::max<int64_t>(checkpoint_group, 1), pl.n_ckpt);
+  const int64_t g = std::min<int64_t>(checkpoint_group, pl.n_ckpt);
   // dB and dC partials of g chunks of every sample (ckpt_segments' unit)
   return 2 * size_t(s.B) * size_t(pl.K) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float) *
          size_t(g);
@@ -100,7 +91,7 @@ int64_t max_checkpoint_group(const Shape& s, Route r, size_t bytes, int channels
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
                   int channels_per_thread, int64_t checkpoint_group) {
   check_shape(s, r);
-  check_group_route(r, checkpoint_group);
+  scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   Geometry g;
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, backward, channels_per_thread);
@@ -153,21 +144,19 @@ Traffic backward_traffic(const Shape& s, Route r, int e, int64_t checkpoint_grou
   t.min_bytes =
       size_t(5 * BT * di * e + 2 * BT * ds * e + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
   t.route_bytes = 4 * saved_floats(s, r, checkpoint_group);
-  if (r == Route::Checkpointed && scan_detail::ckpt_segments(
-                                      s, scan_detail::ckpt_plan(s, true), 0, checkpoint_group)
-                                      .refill()) {
-    // the refill: δ, u, B read again; every chunk state written, then read by the walk
-    const double n_ckpt = double(scan_detail::ckpt_plan(s, true).n_ckpt);
-    t.route_bytes += size_t(BT * (2 * di + ds) * e + 2 * 4 * double(s.B) * n_ckpt * di * ds);
-    t.exps += BT * di * ds;
-  }
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true);
+    const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, pl, 0, checkpoint_group);
+    if (sg.refill()) {
+      // the refill: δ, u, B read again; every chunk state written, then read by the walk
+      t.route_bytes +=
+          size_t(BT * (2 * di + ds) * e + 2 * 4 * double(s.B) * double(pl.n_ckpt) * di * ds);
+      t.exps += BT * di * ds;
+    }
     // dB/dC block partials written and read once; per-sample dA_log/dD partials likewise
     t.route_bytes += size_t(2 * 2 * 4 * BT * double(pl.nblk_d) * ds +
                             2 * 4 * double(s.B) * di * (ds + 1));
     // between segments the carries (dh, dAn, dal, dD) are written and read once each
-    const scan_detail::CkptSegments sg = scan_detail::ckpt_segments(s, pl, 0);
     t.route_bytes += size_t(sg.count - 1) * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(3 * s.ds + 1);
     t.exps += 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
   } else {
@@ -281,10 +270,16 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread)
   return pl;
 }
 
-int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
-  if (checkpoint_group < 1)
-    fail("scan", "checkpoint_group", checkpoint_group, ">=", 1,
+void require_checkpoint_group(const char* fn, scan::Route route, int64_t group) {
+  if (group < 1)
+    fail(fn, "checkpoint_group", group, ">=", 1,
          "chunks per saved state; 1 = every chunk's state saved");
+  if (route != scan::Route::Checkpointed && group != 1)
+    fail(fn, "checkpoint_group", group, "==", 1,
+         "grouped checkpoints are a checkpointed-route setting");
+}
+
+int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
   const int64_t g = std::min<int64_t>(checkpoint_group, pl.n_ckpt);
   return (pl.n_ckpt + g - 1) / g;
 }

@@ -37,8 +37,7 @@ struct CkptRefillArgs {
   const float* a_neg;                 // [di, ds]
   const float* saved;                 // [B, n_saved, di, ds]: the states before chunks 0, G, ..
   int64_t n_saved, group;
-  float* dense;                       // [B, slots, di, ds]: the states before chunks c_lo ..
-  int64_t slots;
+  float* dense;                       // [B, group, di, ds]: the states before chunks c_lo ..
   int64_t c_lo, c_hi;                 // the group: chunks c_lo .. c_hi-1 (c_lo a multiple of G)
   bool vec_b;                         // B rows as 4-element vectors (alignment checked)
   bool vec_state;                     // ds % 4 == 0: states as float4
@@ -52,7 +51,7 @@ __host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t 
 
 // grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
 // plan's steps per chunk. Writes dense[b, c - c_lo, d, :] = h before chunk c, for
-// c_lo <= c < c_hi.
+// c_lo <= c < c_hi (c_hi - c_lo <= group).
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillArgs<T> p) {
   const int64_t Q = (p.ds + 3) / 4;
@@ -73,7 +72,7 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillA
                  p.vec_state, nvalid, h);
   const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.di * p.ds;
-  float* out = p.dense + (b * p.slots * p.di + d) * p.ds + n0;  // slot 0 of this thread's row
+  float* out = p.dense + (b * p.group * p.di + d) * p.ds + n0;  // slot 0 of this thread's row
   const bool vb = p.vec_b && nvalid == 4;
   const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
   const T* up = p.u + (b * p.T + p.c_lo * K) * p.ld_u + d;

@@ -436,6 +436,9 @@ TEST(ModelRefusals, ScanPartialBudgetWithGroupedCheckpointsNamingTheField) {
             ScanCheckpoints::Every);
   EXPECT_EQ(scan_checkpoints(ScanCheckpoints::Grouped, ScanRoute::Chunked, DType::BF16),
             ScanCheckpoints::Every);
+  // a partial budget sizes the every-chunk backward: Auto takes it
+  EXPECT_EQ(scan_checkpoints(ScanCheckpoints::Auto, ScanRoute::Checkpointed, DType::BF16, true),
+            ScanCheckpoints::Every);
   EXPECT_EQ(parse_scan_checkpoints("grouped"), ScanCheckpoints::Grouped);
   EXPECT_EQ(parse_scan_checkpoints("every"), ScanCheckpoints::Every);
   try {

@@ -535,6 +535,24 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     dD.upload(in.dD0.data(), in.dD0.size(), kStream);
     dA.upload(in.dA_log0.data(), in.dA_log0.size(), kStream);
   };
+  // A later backward `bx` with partial budget `budget` (its workspace sized for it and
+  // NaN-filled, the outputs reset, then `prepare`, e.g. copies for an in-place run),
+  // against the first run's bytes, dh0 included.
+  auto expect_same_rerun = [&](const std::string& what, scan::BwdParams<T> bx, size_t budget,
+                               const std::function<void()>& prepare) {
+    const size_t ws_n =
+        scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt, bx.checkpoint_group);
+    DeviceBuffer<char> wsx(ws_n, "scan workspace (" + what + ")");
+    fill_nan(wsx);
+    reset_backward();
+    if (prepare) prepare();
+    bx.workspace = wsx.get();
+    bx.workspace_bytes = ws_n;
+    bx.partial_budget = budget;
+    bx.dh0 = dh0.get();
+    scan::backward<T>(bx, kStream);
+    expect_same_backward(what, true);
+  };
 
   // Second run without dh0 (accumulators reset): bitwise the same everything else.
   dD.upload(in.dD0.data(), in.dD0.size(), kStream);
@@ -557,17 +575,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       const scan::Geometry gs = scan::geometry(sh, run.route, true, budget, run.cpt);
       EXPECT_EQ(gs.segment_chunks, chunks) << sl;
       EXPECT_EQ(gs.segments, (g1.n_ckpt + chunks - 1) / chunks) << sl;
-      const size_t seg_ws = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
-      DeviceBuffer<char> ws2(seg_ws, "scan workspace (segments)");
-      fill_nan(ws2);
-      scan::BwdParams<T> b2 = b;
-      b2.workspace = ws2.get();
-      b2.workspace_bytes = seg_ws;
-      b2.partial_budget = budget;
-      b2.dh0 = dh0.get();
-      reset_backward();
-      scan::backward<T>(b2, kStream);
-      expect_same_backward(sl, true);
+      expect_same_rerun(sl, b, budget, nullptr);
     }
     // d_delta written over delta, and du also written over dy (scan.hpp: the checkpointed
     // route allows both; the training step's backward does both), in one launch and in
@@ -577,24 +585,16 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         const std::string il = label + " with d_delta over delta" +
                                (du_over_dy ? " and du over dy" : "") +
                                (budget ? " in segments" : "");
-        const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt);
-        DeviceBuffer<char> ws3(ws_n, "scan workspace (in place)");
-        fill_nan(ws3);
-        reset_backward();
-        MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
-                                      cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
-        if (du_over_dy)
-          MC_CUDA_CHECK(cudaMemcpyAsync(du.get(), dy.get(), size_t(n) * sizeof(T),
-                                        cudaMemcpyDeviceToDevice, kStream), il + ": copy dy");
         scan::BwdParams<T> b3 = b;
         b3.delta = {d_delta.get(), 0};
         if (du_over_dy) b3.dy = {du.get(), 0};
-        b3.workspace = ws3.get();
-        b3.workspace_bytes = ws_n;
-        b3.partial_budget = budget;
-        b3.dh0 = dh0.get();
-        scan::backward<T>(b3, kStream);
-        expect_same_backward(il, true);
+        expect_same_rerun(il, b3, budget, [&] {
+          MC_CUDA_CHECK(cudaMemcpyAsync(d_delta.get(), delta.get(), size_t(n) * sizeof(T),
+                                        cudaMemcpyDeviceToDevice, kStream), il + ": copy delta");
+          if (du_over_dy)
+            MC_CUDA_CHECK(cudaMemcpyAsync(du.get(), dy.get(), size_t(n) * sizeof(T),
+                                          cudaMemcpyDeviceToDevice, kStream), il + ": copy dy");
+        });
       }
     }
 
@@ -637,19 +637,10 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         const std::string bl = gl + (budget ? " in segments of one chunk" : "");
         const scan::Geometry gb = scan::geometry(sh, run.route, true, budget, run.cpt, G);
         EXPECT_EQ(gb.refills, (gf.n_ckpt + G - 1) / G) << bl;
-        const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt, G);
-        DeviceBuffer<char> ws_g(ws_n, "scan workspace (grouped)");
-        fill_nan(ws_g);
-        reset_backward();
         scan::BwdParams<T> bg = b;
         bg.saved = saved_g.get();
         bg.checkpoint_group = G;
-        bg.workspace = ws_g.get();
-        bg.workspace_bytes = ws_n;
-        bg.partial_budget = budget;
-        bg.dh0 = dh0.get();
-        scan::backward<T>(bg, kStream);
-        expect_same_backward(bl, true);
+        expect_same_rerun(bl, bg, budget, nullptr);
       }
     }
   }
