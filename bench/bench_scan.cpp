@@ -75,26 +75,35 @@ bool has_bwd(Op o) { return o != Op::Fwd; }
 // "sequential"); a checkpointed route may force its channels per thread with a ":cpt1"
 // (one channel a thread) .. ":cpt4" suffix (2..4: the d_state <= 16 tile plan; the plan's
 // own choice otherwise), and save one state per group of N chunks with ":gN" (scan.hpp,
-// grouped checkpoints; N >= 2), e.g. "checkpointed-hw:cpt1:g64".
+// grouped checkpoints; N >= 2), e.g. "checkpointed-hw:cpt1:g64"; ":lanes" / ":whole" force
+// the forward's thread layout at d_state <= 16 (scan::FwdLayout: a channel's states over 4
+// lanes, or all in one thread; the same bits).
 struct Run {
   scan::Route route;
   scan::ExpMath exp;
   int cpt = 0;
   int64_t group = 1;  // chunks per saved state
+  scan::FwdLayout layout = scan::FwdLayout::Auto;
 };
 std::string run_name(const Run& r) {
   if (r.route != scan::Route::Checkpointed) return to_string(r.route);
   return std::string("checkpointed-") + (r.exp == scan::ExpMath::Hardware ? "hw" : "acc") +
          (r.cpt ? ":cpt" + std::to_string(r.cpt) : "") +
+         (r.layout == scan::FwdLayout::LaneGroups
+              ? ":lanes"
+              : (r.layout == scan::FwdLayout::WholeState ? ":whole" : "")) +
          (r.group != 1 ? ":g" + std::to_string(r.group) : "");
 }
 Run parse_run(const std::string& spec) {
   std::string s = spec;
   int cpt = 0;
   int64_t group = 1;
+  scan::FwdLayout layout = scan::FwdLayout::Auto;
   for (size_t colon = s.rfind(':'); colon != std::string::npos; colon = s.rfind(':')) {
     const std::string v = s.substr(colon + 1);
-    if (v.rfind("cpt", 0) == 0) {
+    if (v == "lanes" || v == "whole") {
+      layout = v == "lanes" ? scan::FwdLayout::LaneGroups : scan::FwdLayout::WholeState;
+    } else if (v.rfind("cpt", 0) == 0) {
       if (v != "cpt1" && v != "cpt2" && v != "cpt3" && v != "cpt4")
         throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt1 .. :cpt4");
       cpt = std::stoi(v.substr(3));
@@ -104,7 +113,8 @@ Run parse_run(const std::string& spec) {
       if (group < 2)
         throw ConfigError("routes: '" + spec + "': the checkpoint group suffix is :gN, N >= 2");
     } else {
-      throw ConfigError("routes: '" + spec + "': suffix ':" + v + "' is not :cpt1..:cpt4 or :gN");
+      throw ConfigError("routes: '" + spec + "': suffix ':" + v +
+                        "' is not :cpt1..:cpt4, :lanes, :whole or :gN");
     }
     s = s.substr(0, colon);
   }
@@ -116,10 +126,16 @@ Run parse_run(const std::string& spec) {
   else
     throw ConfigError("routes: '" + spec +
                       "' is not one of checkpointed-hw|checkpointed-acc|chunked|sequential");
-  if ((cpt || group != 1) && r.route != scan::Route::Checkpointed)
-    throw ConfigError("routes: '" + spec + "': :cpt and :g apply to the checkpointed routes");
+  if ((cpt || group != 1 || layout != scan::FwdLayout::Auto) &&
+      r.route != scan::Route::Checkpointed)
+    throw ConfigError("routes: '" + spec +
+                      "': :cpt, :lanes, :whole and :g apply to the checkpointed routes");
+  if (layout == scan::FwdLayout::WholeState && cpt > 1)
+    throw ConfigError("routes: '" + spec + "': :whole is one channel a thread, not :cpt" +
+                      std::to_string(cpt));
   r.cpt = cpt;
   r.group = group;
+  r.layout = layout;
   return r;
 }
 
@@ -190,6 +206,7 @@ std::vector<ScanCase> make_cases(const BenchFlags& f) {
         for (const Run& r : runs) {
           if (r.route == scan::Route::Sequential && ds > Limits::kMaxSeqScanDState) continue;
           if (r.cpt > 1 && ds > 16) continue;  // the tile plan serves d_state <= 16
+          if (r.layout == scan::FwdLayout::WholeState && ds > 16) continue;  // likewise
           out.push_back({op, dt, r, T, ds, group, case_key(op, dt, run_name(r), T, ds)});
         }
     ++group;
@@ -400,6 +417,7 @@ class TypedScanRun final : public ScanRun {
     p.route = c_.run.route;
     p.exp = c_.run.exp;
     p.channels_per_thread = c_.run.cpt;
+    p.layout = c_.run.layout;
     p.checkpoint_group = c_.run.group;
     p.delta = {delta_.as<T>(), 0};
     p.u = {u_.as<T>(), 0};
@@ -687,7 +705,9 @@ int main_impl(int argc, char** argv) {
               "                     a checkpointed route with :cpt1..:cpt4 forces its channels\n"
               "                     per thread (2..4: the tile plan, d_state <= 16), and with\n"
               "                     :gN saves one state per group of N chunks (grouped\n"
-              "                     checkpoints: the backward refills them), e.g. checkpointed-hw:g64\n"
+              "                     checkpoints: the backward refills them), e.g. checkpointed-hw:g64;\n"
+              "                     :lanes / :whole force the forward's layout at d_state <= 16\n"
+              "                     (a channel's states over 4 lanes, or all in one thread)\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +

@@ -13,6 +13,7 @@
 #include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
 #include "kernels/scan/tile_kernels.cuh"
+#include "kernels/scan/whole_kernels.cuh"
 #include "kernels/scan/refill_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
@@ -160,9 +161,37 @@ void tile_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   MC_LAUNCH_CHECK(name.c_str());
 }
 
+// The whole-state plan (d_state <= 16): one thread a channel, all 16 states.
+template <class T>
+void whole_forward(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const CkptFwdArgs<T> a = ckpt_fwd_args(p, pl);
+  WholeGeom g;
+  g.nblk_d = pl.nblk_d;
+  g.n_ckpt = pl.n_ckpt;
+  g.vec_state = s.ds % 4 == 0;
+  g.async_bc = async_bc(a);
+  g.async_act = async_act(a, pl.cb);
+  const size_t smem = whole_smem(sizeof(T), a.z != nullptr);
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name =
+      std::string("whole_fwd_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
+  const dim3 grid{unsigned(pl.blocks)}, block{unsigned(kWholeThreads)};
+  constexpr int K = ckpt_chunk(4);
+  auto* k = e == scan::ExpMath::Hardware ? &whole_fwd_kernel<T, scan::ExpMath::Hardware, K>
+                                         : &whole_fwd_kernel<T, scan::ExpMath::Accurate, K>;
+  set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  launch(k, grid, block, smem, st, a, g);
+  MC_LAUNCH_CHECK(name.c_str());
+}
+
 template <class T>
 void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
-  const CkptPlan pl = ckpt_plan(p.shape, false, p.channels_per_thread);
+  const CkptPlan pl = ckpt_plan(p.shape, false, p.channels_per_thread, p.layout);
+  if (pl.whole) {
+    whole_forward<T>(p, pl, st);
+    return;
+  }
   switch (pl.dt) {
     case 0: break;
     case 2: tile_forward_s<T, 2>(p, pl, st); return;

@@ -10,6 +10,7 @@
 #include "kernels/scan/seed.hpp"
 #include "kernels/scan/ckpt_kernels.cuh"
 #include "kernels/scan/tile_kernels.cuh"
+#include "kernels/scan/whole_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
 namespace mc::kern::scan {
@@ -89,12 +90,13 @@ int64_t max_checkpoint_group(const Shape& s, Route r, size_t bytes, int channels
 }
 
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
-                  int channels_per_thread, int64_t checkpoint_group) {
+                  int channels_per_thread, int64_t checkpoint_group, FwdLayout layout) {
   check_shape(s, r);
   scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   Geometry g;
   if (r == Route::Checkpointed) {
-    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, backward, channels_per_thread);
+    const scan_detail::CkptPlan pl =
+        scan_detail::ckpt_plan(s, backward, channels_per_thread, layout);
     g.threads = 32 * pl.warps;
     g.lanes = pl.lanes;
     g.states = pl.S;
@@ -207,10 +209,25 @@ int auto_channels_per_thread(const scan::Shape& s, bool backward) {
   const int64_t one_channel_blocks = s.B * ((s.di + cb - 1) / cb);
   return one_channel_blocks > kCkptBwdMinBlocks * kPlanSMs ? 4 : 1;
 }
+// The forward's thread layout at d_state <= 16, one channel a thread (scan::FwdLayout):
+// the whole state a thread once its warps (one per 32 channels of a sample) are at least
+// one per SM; with fewer, the lane groups' 4x more warps spread over more SMs.
+bool whole_state_by_default(const scan::Shape& s) {
+  return s.B * ((s.di + kWholeThreads - 1) / kWholeThreads) >= kPlanSMs;
+}
 }  // namespace
 
-CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread) {
+CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,
+                   scan::FwdLayout layout) {
   CkptPlan pl;
+  if (!backward && layout == scan::FwdLayout::WholeState) {
+    if (s.ds > kWholeStates)
+      fail("scan", "d_state", s.ds, "<=", kWholeStates,
+           "layout whole-state holds a channel's states in one thread");
+    if (channels_per_thread > 1)
+      fail("scan", "channels_per_thread", channels_per_thread, "<=", 1,
+           "layout whole-state is one channel a thread");
+  }
   if (channels_per_thread != 0) {
     if (channels_per_thread < 1)
       fail("scan", "channels_per_thread", channels_per_thread, ">=", 1, "0 = the plan's choice");
@@ -224,6 +241,24 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread)
                       ? (channels_per_thread ? channels_per_thread
                                              : auto_channels_per_thread(s, backward))
                       : 1;
+  const bool whole = !backward && s.ds <= kWholeStates && cpt <= 1 &&
+                     (layout == scan::FwdLayout::WholeState ||
+                      (layout == scan::FwdLayout::Auto && whole_state_by_default(s)));
+  if (whole) {
+    pl.whole = true;
+    pl.S = kWholeStates;
+    pl.K = ckpt_chunk(4);  // the lane plan's stride: the same checkpoints
+    pl.lanes = 1;
+    pl.log2_lanes = 0;
+    pl.warps = kWholeThreads / 32;
+    pl.cb = kWholeThreads;
+    pl.ds_pad = kWholeStates;
+    pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
+    pl.n_ckpt = (s.T + pl.K - 1) / pl.K;
+    pl.blocks = s.B * pl.nblk_d;
+    pl.smem_bytes = whole_smem(4, false);  // f32 storage, no gate (the launch computes its own)
+    return pl;
+  }
   if (cpt > 1) {
     pl.dt = cpt;
     pl.S = 4;

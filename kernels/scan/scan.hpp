@@ -77,6 +77,19 @@ struct Rows {
   int64_t ld = 0;
 };
 
+// The checkpointed forward's thread layout at d_state <= 16 when one channel a thread
+// (channels_per_thread <= 1):
+//   LaneGroups  a channel's 16 states over 4 lanes of 4 (ckpt_kernels.cuh);
+//   WholeState  all 16 states in one thread, a warp serving 32 channels of one sample
+//               (whole_kernels.cuh): the B/C rows of a step are one broadcast load for
+//               the whole warp.
+// Both give the same bits (y, saved states, final state): the same arithmetic per
+// state and the same order of y's sum (test_scan_parity.cpp, the layout twin).
+enum class FwdLayout { Auto, LaneGroups, WholeState };
+inline const char* to_string(FwdLayout l) {
+  return l == FwdLayout::Auto ? "auto" : (l == FwdLayout::LaneGroups ? "lane-groups" : "whole-state");
+}
+
 template <class T>
 struct FwdParams {
   Shape shape;
@@ -103,6 +116,9 @@ struct FwdParams {
   // geometry(); 1 = one channel x 4 or 8 states a thread; 2..4 = the tile plan, d_state
   // <= 16 only). For tests and benchmarks that compare the plans; bits differ between them.
   int channels_per_thread = 0;
+  // Checkpointed route, d_state <= 16, one channel a thread: how a channel's states are
+  // laid out over threads (FwdLayout below; Auto = the plan's choice). Same bits either way.
+  FwdLayout layout = FwdLayout::Auto;
   // Checkpointed route: chunks per saved state G (>= 1; see "Grouped checkpoints" below).
   // Pass the same value to the backward, saved_floats and bwd_workspace_bytes.
   int64_t checkpoint_group = 1;
@@ -234,8 +250,11 @@ struct Geometry {
 // d_state <= 16, channels_per_thread 2..4): a thread owns channels_per_thread channels x 4
 // states, one block per SM. The plan's own choice is a pure function of the shape (so the
 // bits do not depend on the device); `channels_per_thread` overrides it.
+// At d_state <= 16 the forward's one-channel plan may hold a channel's whole state in one
+// thread (FwdLayout; `layout` forces it): lanes 1, states 16, 32 threads a block.
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0,
-                  int channels_per_thread = 0, int64_t checkpoint_group = 1);
+                  int channels_per_thread = 0, int64_t checkpoint_group = 1,
+                  FwdLayout layout = FwdLayout::Auto);
 
 // ---- entry points ----------------------------------------------------------------
 // Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.

@@ -394,6 +394,17 @@ int64_t ckpt_chunk(const ScanCase& c) {
   return scan::geometry(scan::Shape{c.B, c.T, c.di, c.ds}, Route::Checkpointed, false).chunk;
 }
 
+// The checkpointed forward's other thread layout (scan::FwdLayout) than the one the plan
+// takes for this run, where there are two (d_state <= 16, one channel a thread); Auto
+// where there is none.
+scan::FwdLayout other_fwd_layout(const ScanCase& c, const RouteRun& run) {
+  if (run.route != Route::Checkpointed || c.ds > 16 || run.cpt > 1) return scan::FwdLayout::Auto;
+  const scan::Shape sh{c.B, c.T, c.di, c.ds};
+  return scan::geometry(sh, run.route, false, 0, run.cpt).lanes == 1
+             ? scan::FwdLayout::LaneGroups
+             : scan::FwdLayout::WholeState;
+}
+
 // The kernel under test, plus the checks that need no oracle (recorded as failures).
 template <class T>
 ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
@@ -470,6 +481,30 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     EXPECT_TRUE(bitwise_equal(download(y2, size_t(n)), o.y)) << label << ": nosave y differs";
     EXPECT_TRUE(bitwise_equal(download(hf2, size_t(ns)), o.h_final))
         << label << ": nosave final state differs";
+  }
+
+  // Layout twin (d_state <= 16, one channel a thread): the forward with the other thread
+  // layout (scan::FwdLayout) must give the same bits: y, every saved state, the final state.
+  const scan::FwdLayout twin_layout = other_fwd_layout(c, run);
+  if (twin_layout != scan::FwdLayout::Auto) {
+    const bool whole = twin_layout == scan::FwdLayout::LaneGroups;
+    DeviceBuffer<float> saved3(nsaved, "saved (layout twin)"), hf3(size_t(ns), "h_final (layout twin)");
+    DeviceBuffer<T> y3(size_t(n), "y (layout twin)");
+    fill_nan(saved3);
+    fill_nan(hf3);
+    fill_nan(y3);
+    scan::FwdParams<T> f3 = f;
+    f3.layout = twin_layout;
+    f3.saved = saved3.get();
+    f3.h_final = hf3.get();
+    f3.y = {y3.get(), 0};
+    scan::forward<T>(f3, kStream);
+    const std::string twin = label + ": layout " + scan::to_string(f3.layout) + " against " +
+                             (whole ? "whole-state" : "lane-groups");
+    EXPECT_TRUE(bitwise_equal(download(y3, size_t(n)), o.y)) << twin << ": y differs";
+    EXPECT_TRUE(bitwise_equal(download(saved3, nsaved), o.saved)) << twin << ": saved differs";
+    EXPECT_TRUE(bitwise_equal(download(hf3, size_t(ns)), o.h_final))
+        << twin << ": final state differs";
   }
 
   DeviceBuffer<float> dhT = upload<float>(in.dh_final, "dh_final");
@@ -618,6 +653,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       fill_nan(y_g);
       scan::FwdParams<T> fg = f;
       fg.checkpoint_group = G;
+      if (G == 3) fg.layout = twin_layout;  // grouped saves in the other layout too
       fg.saved = saved_g.get();
       fg.h_final = hf_g.get();
       fg.y = {y_g.get(), 0};
@@ -1473,6 +1509,68 @@ TEST(ScanContract, GroupedCheckpoints) {
             scan::backward_traffic(head, Route::Checkpointed, 4).exps + 8.0 * 2048 * 1536 * 16);
   EXPECT_LT(scan::forward_traffic(head, Route::Checkpointed, 4, true, 8).route_bytes,
             scan::forward_traffic(head, Route::Checkpointed, 4, true).route_bytes / 7);
+}
+
+// The forward's thread layout at d_state <= 16 (scan::FwdLayout): the plan holds a
+// channel's whole state in one thread once those warps (32 channels of a sample each) are
+// at least one per SM of the 132 (host.cu), a forced layout wins, and neither the
+// checkpoint stride nor the saved layout nor the backward depends on it.
+TEST(ScanContract, WholeStateLayout) {
+  using scan::FwdLayout;
+  const scan::Shape head{8, 2048, 1536, 16};
+  const scan::Geometry w = scan::geometry(head, Route::Checkpointed, false);
+  EXPECT_EQ(w.lanes, 1);
+  EXPECT_EQ(w.states, 16);
+  EXPECT_EQ(w.threads, 32);
+  EXPECT_EQ(w.channels_per_thread, 1);
+  EXPECT_EQ(w.channels_per_block, 32);
+  EXPECT_EQ(w.blocks, 8 * 1536 / 32);
+  const scan::Geometry l =
+      scan::geometry(head, Route::Checkpointed, false, 0, 0, 1, FwdLayout::LaneGroups);
+  EXPECT_EQ(l.lanes, 4);
+  EXPECT_EQ(l.states, 4);
+  EXPECT_EQ(w.chunk, l.chunk);
+  EXPECT_EQ(w.n_ckpt, l.n_ckpt);
+  EXPECT_LE(w.smem_bytes, size_t(75) << 10) << "three blocks per SM";
+  // the backward ignores the forward's layout
+  const scan::Geometry bw = scan::geometry(head, Route::Checkpointed, true, 0, 0, 1, FwdLayout::WholeState);
+  EXPECT_EQ(bw.lanes, scan::geometry(head, Route::Checkpointed, true).lanes);
+  // the threshold: 132 warps of 32 channels
+  EXPECT_EQ(scan::geometry({4, 1000, 33 * 32, 16}, Route::Checkpointed, false).lanes, 1);   // 132
+  EXPECT_EQ(scan::geometry({1, 1000, 131 * 32, 16}, Route::Checkpointed, false).lanes, 4);  // 131
+  EXPECT_EQ(scan::geometry({1, 2048, 1536, 16}, Route::Checkpointed, false).lanes, 4);
+  // forced whole-state anywhere at d_state <= 16, one channel a thread
+  for (int64_t ds : {1, 7, 12, 16}) {
+    const scan::Shape sh{2, 100, 45, ds};
+    const scan::Geometry g = scan::geometry(sh, Route::Checkpointed, false, 0, 1, 1, FwdLayout::WholeState);
+    EXPECT_EQ(g.lanes, 1) << ds;
+    EXPECT_EQ(g.blocks, 2 * 2) << ds;
+    EXPECT_EQ(g.n_ckpt, scan::geometry(sh, Route::Checkpointed, false).n_ckpt) << ds;
+  }
+  // the tile plan, when forced, is not affected by the layout's default
+  EXPECT_EQ(scan::geometry(head, Route::Checkpointed, false, 0, 3).channels_per_thread, 3);
+}
+
+TEST(ScanRefusal, WholeStateLayoutNamed) {
+  float x = 0;
+  struct Bad {
+    int64_t ds;
+    int cpt;
+    const char* want;
+  };
+  for (const Bad& t : {Bad{17, 0, "d_state = 17 violates d_state <= 16"},
+                       Bad{16, 2, "channels_per_thread = 2 violates channels_per_thread <= 1"}}) {
+    scan::FwdParams<float> f = dummy_fwd(&x, {1, 64, 4, t.ds}, Route::Checkpointed);
+    f.layout = scan::FwdLayout::WholeState;
+    f.channels_per_thread = t.cpt;
+    try {
+      scan::forward<float>(f, nullptr);
+      ADD_FAILURE() << "whole-state accepted at d_state " << t.ds << ", cpt " << t.cpt;
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), t.want)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "whole-state")) << e.what();
+    }
+  }
 }
 
 TEST(ScanRefusal, CheckpointGroupNamed) {
