@@ -18,7 +18,7 @@ namespace mc::kern::scan_detail {
 struct CkptPlan {
   int dt = 0;          // tile plan (d_state <= 16, tile_kernels.cuh): channels per thread;
                        // 0 = the states-per-thread plans of ckpt_kernels.cuh
-  bool whole = false;  // forward, d_state <= 16: a channel's whole state a thread
+  bool whole = false;  // d_state <= 16: a channel's whole state a thread
                        // (whole_kernels.cuh; S = 16, lanes 1, one warp a block)
   int S = 4;           // states per thread
   int K = 16;          // checkpoint stride = backward register chunk (ckpt_chunk(S))
@@ -34,8 +34,8 @@ struct CkptPlan {
 };
 // A pure function of the shape and the direction (and of a forced channels_per_thread,
 // 0 = the plan's choice; ConfigError when it is not 1..4, or above 1 at d_state > 16).
-// `layout`: the forward's thread layout at d_state <= 16 (scan::FwdLayout; ConfigError
-// when WholeState is forced where it does not apply); ignored by the backward.
+// `layout`: the thread layout at d_state <= 16 (scan::FwdLayout; ConfigError when
+// WholeState is forced where it does not apply).
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread = 0,
                    scan::FwdLayout layout = scan::FwdLayout::Auto);
 

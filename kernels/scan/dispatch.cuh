@@ -400,9 +400,41 @@ void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   }, st);
 }
 
+// The whole-state plan's backward (d_state <= 16, whole_kernels.cuh).
+template <class T>
+void whole_backward(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
+  CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
+  WholeGeom g;
+  g.nblk_d = pl.nblk_d;
+  g.n_ckpt = pl.n_ckpt;
+  g.vec_state = s.ds % 4 == 0;
+  g.async_bc = async_bc(a);
+  g.async_act = async_act(a, pl.cb);
+  constexpr int K = ckpt_chunk(4);
+  const size_t smem =
+      whole_bwd_smem(K, sizeof(T), a.z != nullptr, a.delta_bias != nullptr).total;
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name =
+      std::string("whole_bwd_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
+  const dim3 grid{unsigned(pl.blocks)}, block{unsigned(kWholeThreads)};
+  auto* k = e == scan::ExpMath::Hardware ? &whole_bwd_kernel<T, scan::ExpMath::Hardware, K>
+                                         : &whole_bwd_kernel<T, scan::ExpMath::Accurate, K>;
+  set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
+  ckpt_backward_segments(p, pl, sg, a, [&] {
+    launch(k, grid, block, smem, st, a, g);
+    MC_LAUNCH_CHECK(name.c_str());
+  }, st);
+}
+
 template <class T>
 void ckpt_backward(const scan::BwdParams<T>& p, cudaStream_t st) {
-  const CkptPlan pl = ckpt_plan(p.shape, true, p.channels_per_thread);
+  const CkptPlan pl = ckpt_plan(p.shape, true, p.channels_per_thread, p.layout);
+  if (pl.whole) {
+    whole_backward<T>(p, pl, st);
+    return;
+  }
   switch (pl.dt) {
     case 0: break;
     case 2: tile_backward_s<T, 2>(p, pl, st); return;

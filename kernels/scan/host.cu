@@ -220,7 +220,7 @@ bool whole_state_by_default(const scan::Shape& s) {
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,
                    scan::FwdLayout layout) {
   CkptPlan pl;
-  if (!backward && layout == scan::FwdLayout::WholeState) {
+  if (layout == scan::FwdLayout::WholeState) {
     if (s.ds > kWholeStates)
       fail("scan", "d_state", s.ds, "<=", kWholeStates,
            "layout whole-state holds a channel's states in one thread");
@@ -241,7 +241,7 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,
                       ? (channels_per_thread ? channels_per_thread
                                              : auto_channels_per_thread(s, backward))
                       : 1;
-  const bool whole = !backward && s.ds <= kWholeStates && cpt <= 1 &&
+  const bool whole = s.ds <= kWholeStates && cpt <= 1 &&
                      (layout == scan::FwdLayout::WholeState ||
                       (layout == scan::FwdLayout::Auto && whole_state_by_default(s)));
   if (whole) {
@@ -256,7 +256,8 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,
     pl.nblk_d = (s.di + pl.cb - 1) / pl.cb;
     pl.n_ckpt = (s.T + pl.K - 1) / pl.K;
     pl.blocks = s.B * pl.nblk_d;
-    pl.smem_bytes = whole_smem(4, false);  // f32 storage, no gate (the launch computes its own)
+    // f32 storage, no fused epilogue (the launch computes its own)
+    pl.smem_bytes = backward ? whole_bwd_smem(pl.K, 4, false, false).total : whole_smem(4, false);
     return pl;
   }
   if (cpt > 1) {

@@ -77,14 +77,15 @@ struct Rows {
   int64_t ld = 0;
 };
 
-// The checkpointed forward's thread layout at d_state <= 16 when one channel a thread
-// (channels_per_thread <= 1):
+// The checkpointed scan's thread layout at d_state <= 16 when one channel a thread
+// (channels_per_thread <= 1), in either direction:
 //   LaneGroups  a channel's 16 states over 4 lanes of 4 (ckpt_kernels.cuh);
 //   WholeState  all 16 states in one thread, a warp serving 32 channels of one sample
 //               (whole_kernels.cuh): the B/C rows of a step are one broadcast load for
-//               the whole warp.
-// Both give the same bits (y, saved states, final state): the same arithmetic per
-// state and the same order of y's sum (test_scan_parity.cpp, the layout twin).
+//               the whole warp, and y, dδ, du need no lane sums.
+// Both give the same bits (forward: y, saved states, final state; backward: every
+// output): the same arithmetic per state and every sum in the same order
+// (test_scan_parity.cpp, the layout twins).
 enum class FwdLayout { Auto, LaneGroups, WholeState };
 inline const char* to_string(FwdLayout l) {
   return l == FwdLayout::Auto ? "auto" : (l == FwdLayout::LaneGroups ? "lane-groups" : "whole-state");
@@ -165,6 +166,8 @@ struct BwdParams {
   size_t partial_budget = 0;
   // As FwdParams::channels_per_thread; pass the same value to bwd_workspace_bytes.
   int channels_per_thread = 0;
+  // As FwdParams::layout (the backward has both layouts too; same bits either way).
+  FwdLayout layout = FwdLayout::Auto;
   // The forward's checkpoint_group (the backward rebuilds a group's chunk states in its
   // workspace); pass the same value to bwd_workspace_bytes.
   int64_t checkpoint_group = 1;
@@ -194,6 +197,7 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
   b.z = f.z;
   b.saved = f.saved;
   b.channels_per_thread = f.channels_per_thread;
+  b.layout = f.layout;
   b.checkpoint_group = f.checkpoint_group;
   return b;
 }

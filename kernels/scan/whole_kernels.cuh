@@ -187,4 +187,397 @@ __global__ void __launch_bounds__(kWholeThreads) whole_fwd_kernel(CkptFwdArgs<T>
     store_states<DP>(p.h_final + (b * p.di + d) * p.ds, g.vec_state, nvalid, h);
 }
 
+
+// ---- backward ---------------------------------------------------------------------------
+// The whole-state backward gives the lane plan's (S = 4, L = 4) bits as well. Its block is
+// one warp of 32 channels, the lane plan's block of 4 warps x 8 channels: lane l plays
+// channel l of that block, in "virtual warp" vw = l / 8 at channel l % 8, and every sum is
+// taken in the lane plan's order:
+// - S1, S2 (dδ, du) and y (dz) per group of 4 states, then ((g0 + g1) + (g2 + g3));
+// - dB/dC over a virtual warp's 8 channels by the lane plan's butterfly: xor levels on lane
+//   bits 2, 1, 0 (the lane plan's 16, 8, 4, i.e. channel bits 2, 1, 0), then over the four
+//   virtual warps in order (((w0 + w1) + w2) + w3) when a batch's sums are written as the
+//   block's partials [b, t, dblk, n] (the same partial layout: 32 channels a block).
+// The reduce-scatter needs no selects on its first two levels: each lane holds its state
+// groups permuted, physical group gp = logical group (gp ^ x) with x = (lane >> 1) & 3, so
+// that at the levels that split on the group bits every lane keeps its physical lower
+// half and sends the upper one (which is the logical half its partner keeps). Loads and
+// stores of states (checkpoints, carries, dh_final, dh0, dA_log) and of the B/C rows map
+// the groups back; each group's 4 states stay in order, and the group sums pair {0, 1}
+// and {2, 3} whatever x is (+ commutes), so no value changes.
+// Per chunk (last first): reload the chunk's state, recompute the chunk's states into
+// the thread's hs slots (with z: y for dz), then walk back in batches of kWholeQD steps
+// with the lane plan's carries (dh, dAn = dA of the step after, dal, dD).
+constexpr int kWholeQ = 8;    // steps per dB/dC batch (the lane plan's ckpt_q(16))
+constexpr int kWholeQD = 4;   // walked steps whose sums and outputs are stored together
+constexpr int kWholeVW = 4;   // virtual warps: the lane plan's warps of 8 channels
+constexpr int kWholeRG = 2;   // recomputed steps held in registers before their hs stores
+
+// Shared memory (bytes), every region 16-byte aligned:
+//   raw  [2][n_act][K][CB] T        δ/Δraw, u, dy, [z] of the block's channels
+//   bc   [2][2][K][16] T            B and C rows (columns >= ds zero)
+//   sc   [n_sc][K][CB] f32          δ, u, dy·[silu(z)], [dz factor], [softplus']
+//   hs   [K+1][4][CB] float4        per thread: slot i = the state before step i, physical groups
+//   wsum [kWholeVW][kWholeQ][2][16] f32  a batch's sums per virtual warp (dB 0, dC 1)
+struct WholeBwdSmem {
+  size_t raw, bc, sc, hs, wsum, total;
+};
+__host__ __device__ inline WholeBwdSmem whole_bwd_smem(int K, size_t elem, bool has_z, bool has_sp) {
+  WholeBwdSmem m;
+  m.raw = 0;
+  m.bc = m.raw + 2 * size_t(bwd_n_act(has_z)) * smem_region(size_t(K) * kWholeThreads, elem);
+  m.sc = m.bc + 4 * smem_region(size_t(K) * kWholeStates, elem);
+  m.hs = m.sc + size_t(bwd_n_sc(has_z, has_sp)) * smem_region(size_t(K) * kWholeThreads, 4);
+  m.wsum = m.hs + size_t(K + 1) * kWholeStates * kWholeThreads * 4;
+  m.total = m.wsum + size_t(kWholeVW) * kWholeQ * 2 * kWholeStates * 4;
+  return m;
+}
+
+// States of logical group g (4 consecutive, masked past ds) of the row `p` [ds] to / from
+// physical group slot v[4·gp ..] — the permuted groups of the whole-state backward.
+__device__ __forceinline__ int whole_group_valid(int64_t ds, int g) {
+  const int64_t left = ds - 4 * g;
+  return int(left < 0 ? 0 : (left > 4 ? 4 : left));
+}
+__device__ __forceinline__ void whole_load_groups(const float* p, bool vec, int64_t ds, int x,
+                                                  float (&v)[kWholeStates]) {
+#pragma unroll
+  for (int gp = 0; gp < kWholeGroups; ++gp) {
+    const int g = gp ^ x, nv = whole_group_valid(ds, g);
+    float q[4];
+    load_vec<4>(p + 4 * g, vec && nv == 4, nv, q);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) v[4 * gp + s] = q[s];
+  }
+}
+__device__ __forceinline__ void whole_store_groups(float* p, bool vec, int64_t ds, int x,
+                                                   const float (&v)[kWholeStates]) {
+#pragma unroll
+  for (int gp = 0; gp < kWholeGroups; ++gp) {
+    const int g = gp ^ x, nv = whole_group_valid(ds, g);
+    if (nv == 0) continue;
+    const float q[4] = {v[4 * gp], v[4 * gp + 1], v[4 * gp + 2], v[4 * gp + 3]};
+    store_states<4>(p + 4 * g, vec, nv, q);
+  }
+}
+// The step's B or C row (f32 or 2-byte shared-memory row of 16) in physical group order.
+template <class T>
+__device__ __forceinline__ void whole_row_groups(const T* row, int x, float (&v)[kWholeStates]) {
+#pragma unroll
+  for (int gp = 0; gp < kWholeGroups; ++gp) {
+    float q[4];
+    smem_vec<4>(row + 4 * (gp ^ x), q);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) v[4 * gp + s] = q[s];
+  }
+}
+// Σ over the groups in the lane plan's order (the physical pairs {0,1}, {2,3} are the
+// logical ones, possibly swapped: + commutes).
+__device__ __forceinline__ float whole_group_sum(float p0, float p1, float p2, float p3) {
+  return (p0 + p1) + (p2 + p3);
+}
+
+// grid B·nblk_d blocks of kWholeThreads threads (blockIdx = b·nblk_d + dblk, as the lane
+// plan's); dynamic smem whole_bwd_smem(K, sizeof(T), z, softplus).total. Arguments and
+// segments as ckpt_bwd_kernel's (ckpt_kernels.cuh).
+template <class T, scan::ExpMath E, int K>
+__global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T> p, WholeGeom g) {
+  constexpr int CB = kWholeThreads, DP = kWholeStates, Q = kWholeQ, QD = kWholeQD;
+  constexpr int RG = kWholeRG, NV = 2 * DP, NO = Q * 2 * DP;
+  static_assert(K % Q == 0 && Q % QD == 0 && K % RG == 0, "batches of whole steps");
+  extern __shared__ float smem[];
+  const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
+  const WholeBwdSmem lay = whole_bwd_smem(K, sizeof(T), has_z, has_sp);
+  const int n_act = bwd_n_act(has_z);
+  const int lane = int(threadIdx.x);
+  const int x = (lane >> 1) & 3;  // this lane's group permutation
+  const int vw = lane >> 3;       // virtual warp
+  const int64_t b = int64_t(blockIdx.x) / g.nblk_d;
+  const int64_t dblk = int64_t(blockIdx.x) - b * g.nblk_d;
+  const int64_t d0 = dblk * CB;
+  const int cols_valid = int(p.di - d0 < CB ? p.di - d0 : CB);
+  const bool dvalid = lane < cols_valid;
+  const int64_t d = dvalid ? d0 + lane : p.di - 1;  // padding channels: u = dy = 0, add ±0
+  char* base = reinterpret_cast<char*>(smem);
+  const size_t act_bytes = smem_region(size_t(K) * CB, sizeof(T));
+  const size_t bc_bytes = smem_region(size_t(K) * DP, sizeof(T));
+  const size_t sc_bytes = smem_region(size_t(K) * CB, 4);
+  auto raw = [&](int bf, int i) {
+    return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * n_act + i) * act_bytes);
+  };
+  auto bct = [&](int bf, int i) {
+    return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes);
+  };
+  float* sc_delta = reinterpret_cast<float*>(base + lay.sc) + lane;
+  float* sc_u = reinterpret_cast<float*>(base + lay.sc + sc_bytes) + lane;
+  float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes) + lane;
+  float* sc_fz = reinterpret_cast<float*>(base + lay.sc + 3 * sc_bytes) + lane;  // with z
+  float* sc_fd = reinterpret_cast<float*>(base + lay.sc + (3 + int(has_z)) * sc_bytes) + lane;
+  // this thread's hs: slot i, physical group gp at float4 index (i·4 + gp)·CB + lane
+  float4* hs = reinterpret_cast<float4*>(base + lay.hs) + lane;
+  auto put_states = [&](int i, const float* v) {
+#pragma unroll
+    for (int gp = 0; gp < 4; ++gp)
+      hs[(i * 4 + gp) * CB] = make_float4(v[4 * gp], v[4 * gp + 1], v[4 * gp + 2], v[4 * gp + 3]);
+  };
+  auto get_states = [&](int i, float (&v)[DP]) {
+#pragma unroll
+    for (int gp = 0; gp < 4; ++gp) {
+      const float4 q = hs[(i * 4 + gp) * CB];
+      v[4 * gp] = q.x;
+      v[4 * gp + 1] = q.y;
+      v[4 * gp + 2] = q.z;
+      v[4 * gp + 3] = q.w;
+    }
+  };
+  float* wsum = reinterpret_cast<float*>(base + lay.wsum);
+
+  float a[DP], dh[DP], dAn[DP], dal[DP];
+  whole_load_groups(p.a_neg + d * p.ds, g.vec_state, p.ds, x, a);
+#pragma unroll
+  for (int s = 0; s < DP; ++s) {
+    a[s] = exp_coef<E>(a[s]);
+    dAn[s] = 1.f;
+    dal[s] = 0.f;
+  }
+  const int64_t state_off = (b * p.di + d) * p.ds;
+  const int64_t carry_plane = p.B * p.di * p.ds;
+  const bool first_seg = p.c_hi >= g.n_ckpt;
+  float dD_acc = 0.f;
+  if (!first_seg) {
+    whole_load_groups(p.carry + state_off, g.vec_state, p.ds, x, dh);
+    whole_load_groups(p.carry + carry_plane + state_off, g.vec_state, p.ds, x, dAn);
+    whole_load_groups(p.carry + 2 * carry_plane + state_off, g.vec_state, p.ds, x, dal);
+    dD_acc = p.carry[3 * carry_plane + b * p.di + d];
+  } else if (p.dh_final) {
+    whole_load_groups(p.dh_final + state_off, g.vec_state, p.ds, x, dh);
+  } else {
+#pragma unroll
+    for (int s = 0; s < DP; ++s) dh[s] = 0.f;
+  }
+  const float Dd = p.D ? __ldg(p.D + d) : 0.f;
+  const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
+  const int64_t row0 = b * p.T;
+  const int64_t t_lo = p.c_lo * K;
+  const int64_t part_row0 = b * p.seg_rows - t_lo;
+  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds);
+  const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
+
+  auto stage = [&](int64_t c, int bf) {
+    const int64_t r = row0 + c * K;
+    const int rv = int(min(int64_t(K), p.T - c * K));
+    stage_tile<T>(raw(bf, 0), CB, p.delta + r * p.ld_delta + d0, p.ld_delta, K, CB, rv,
+                  cols_valid, g.async_act, act_map);
+    stage_tile<T>(raw(bf, 1), CB, p.u + r * p.ld_u + d0, p.ld_u, K, CB, rv, cols_valid,
+                  g.async_act, act_map);
+    stage_tile<T>(raw(bf, 2), CB, p.dy + r * p.ld_dy + d0, p.ld_dy, K, CB, rv, cols_valid,
+                  g.async_act, act_map);
+    if (has_z)
+      stage_tile<T>(raw(bf, 3), CB, p.z + r * p.ld_z + d0, p.ld_z, K, CB, rv, cols_valid,
+                    g.async_act, act_map);
+    stage_tile<T>(bct(bf, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc, bc_map);
+    stage_tile<T>(bct(bf, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
+                  g.async_bc, bc_map);
+    cp_async_commit();
+  };
+  stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
+
+  for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
+    const int bf = int(c & 1);
+    const int64_t t0 = c * K;
+    const int nk = int(min(int64_t(K), p.T - t0));
+    float hck[DP];
+    whole_load_groups(p.ckpt + ((b * p.ckpt_slots + (c - p.ckpt_c0)) * p.di + d) * p.ds,
+                      g.vec_state, p.ds, x, hck);
+    cp_async_wait_all();
+    __syncthreads();  // chunk c's tiles are in buffer bf; the warp is done with chunk c+1
+    if (c > p.c_lo) stage(c - 1, bf ^ 1);
+    // per-(t, d) scalars of this lane's channel (the lane plan's transform)
+    for (int k = 0; k < K; ++k) {
+      const int e = k * CB + lane;
+      const float xr = smem_f32(raw(bf, 0)[e]);
+      float dl = 0.f, dyv = 0.f;
+      if (k < nk) {
+        dl = has_sp ? act_softplus(xr + bias) : xr;
+        dyv = smem_f32(raw(bf, 2)[e]);
+      }
+      if (has_sp) sc_fd[k * CB] = act_sigmoid(xr + bias);
+      if (has_z) {
+        const float zv = smem_f32(raw(bf, 3)[e]);
+        sc_fz[k * CB] = dyv * act_silu_grad(zv);
+        dyv = dyv * act_silu(zv);
+      }
+      sc_delta[k * CB] = dl;
+      sc_u[k * CB] = smem_f32(raw(bf, 1)[e]);
+      sc_dy[k * CB] = dyv;
+    }
+    const T* Bt = bct(bf, 0);
+    const T* Ct = bct(bf, 1);
+
+    // recompute the chunk's states into hs (with z: dz = fz·y, stored as it goes)
+    {
+      float h[DP];
+#pragma unroll
+      for (int s = 0; s < DP; ++s) h[s] = hck[s];
+      put_states(0, hck);
+      T* dzrow = has_z ? p.dz + (row0 + t0) * p.ld_dz + d : nullptr;
+#pragma unroll
+      for (int k0 = 0; k0 < K; k0 += RG) {
+        float hk[RG][DP], yk[RG];
+#pragma unroll
+        for (int i = 0; i < RG; ++i) {
+          const int k = k0 + i;
+          const float dl = sc_delta[k * CB];
+          const float du = dl * sc_u[k * CB];
+          float bv[DP];
+          whole_row_groups<T>(Bt + k * DP, x, bv);
+#pragma unroll
+          for (int s = 0; s < DP; ++s) {
+            const float dA = expm<E>(dl * a[s]);
+            h[s] = fmaf(dA, h[s], du * bv[s]);
+            hk[i][s] = h[s];
+          }
+          if (has_z) {
+            float cv[DP], yp[4];
+            whole_row_groups<T>(Ct + k * DP, x, cv);
+#pragma unroll
+            for (int gp = 0; gp < 4; ++gp) {
+              yp[gp] = 0.f;
+#pragma unroll
+              for (int s = 4 * gp; s < 4 * gp + 4; ++s) yp[gp] = fmaf(h[s], cv[s], yp[gp]);
+            }
+            yk[i] = whole_group_sum(yp[0], yp[1], yp[2], yp[3]) + __fmul_rn(Dd, sc_u[k * CB]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < RG; ++i) put_states(k0 + i + 1, hk[i]);
+        if (has_z && dvalid)
+#pragma unroll
+          for (int i = 0; i < RG; ++i)
+            if (k0 + i < nk) store_rn(dzrow + (k0 + i) * p.ld_dz, sc_fz[(k0 + i) * CB] * yk[i]);
+      }
+    }
+
+    // walk the chunk backwards (branch-free: steps past T have dl = dy = 0)
+    float hcur[DP];
+    get_states(K, hcur);
+    T* ddrow = p.d_delta + (row0 + t0) * p.ld_dd + d;
+    T* durow = p.du + (row0 + t0) * p.ld_du + d;
+    for (int qb = K / Q - 1; qb >= 0; --qb) {
+#pragma unroll
+      for (int kh = Q - QD; kh >= 0; kh -= QD) {
+        float wv[QD][4], o_dd[QD], o_du[QD];
+#pragma unroll
+        for (int kk = kh + QD - 1; kk >= kh; --kk) {
+          const int k = qb * Q + kk;
+          const float dl = sc_delta[k * CB];
+          const float uv = sc_u[k * CB];
+          const float dyv = sc_dy[k * CB];
+          float bv[DP], cv[DP], hp[DP];
+          whole_row_groups<T>(Bt + k * DP, x, bv);
+          whole_row_groups<T>(Ct + k * DP, x, cv);
+          get_states(k, hp);
+          float s1[4], s2[4];
+#pragma unroll
+          for (int gp = 0; gp < 4; ++gp) {
+            s1[gp] = 0.f;
+            s2[gp] = 0.f;
+#pragma unroll
+            for (int s = 4 * gp; s < 4 * gp + 4; ++s) {
+              const float dA = expm<E>(dl * a[s]);
+              dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
+              const float dhP = dh[s] * (dA * hp[s]);
+              dal[s] = fmaf(dl, dhP, dal[s]);
+              s2[gp] = fmaf(a[s], dhP, s2[gp]);
+              s1[gp] = fmaf(dh[s], bv[s], s1[gp]);
+              dAn[s] = dA;
+            }
+          }
+          const float S1 = whole_group_sum(s1[0], s1[1], s1[2], s1[3]);
+          const float S2 = whole_group_sum(s2[0], s2[1], s2[2], s2[3]) * exp_coef_inverse<E>();
+          const float fd = has_sp ? sc_fd[k * CB] : 1.f;
+          o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
+          o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
+          // dB terms (δ·u)·dh and dC terms dy·h_t at v[8·gp + 4·q + s]
+          float v[NV];
+          const float w = dl * uv;
+#pragma unroll
+          for (int gp = 0; gp < 4; ++gp)
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+              v[8 * gp + s] = w * dh[4 * gp + s];
+              v[8 * gp + 4 + s] = dyv * hcur[4 * gp + s];
+              hcur[4 * gp + s] = hp[4 * gp + s];
+            }
+          // levels on lane bits 2 and 1 (the group bits, permuted: keep the lower half),
+          // then bit 0 (dB / dC: the lane's q = lane & 1 half)
+#pragma unroll
+          for (int i = 0; i < 16; ++i) v[i] += shfl_xor(v[16 + i], 4);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) v[i] += shfl_xor(v[8 + i], 2);
+          reduce_scatter_level<NV, 4, 1, 1>(v, lane);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) wv[kk - kh][r] = v[r];
+          dD_acc = fmaf(dyv, uv, dD_acc);
+        }
+        // the batch's sums: virtual warp vw, q = lane & 1, logical group x
+#pragma unroll
+        for (int kk = kh; kk < kh + QD; ++kk) {
+          float* ws = wsum + ((vw * Q + kk) * 2 + (lane & 1)) * DP + 4 * x;
+          *reinterpret_cast<float4*>(ws) =
+              make_float4(wv[kk - kh][0], wv[kk - kh][1], wv[kk - kh][2], wv[kk - kh][3]);
+        }
+        if (dvalid)
+#pragma unroll
+          for (int kk = kh; kk < kh + QD; ++kk) {
+            const int k = qb * Q + kk;
+            if (k < nk) {
+              store_rn(ddrow + k * p.ld_dd, o_dd[kk - kh]);
+              store_rn(durow + k * p.ld_du, o_du[kk - kh]);
+            }
+          }
+      }
+      __syncwarp();  // the batch's sums of every virtual warp are in wsum
+      // block sums (virtual warps ascending) -> the block's partials of rows t0 + qb·Q + kk
+#pragma unroll
+      for (int o = lane; o < NO; o += CB) {
+        const int kk = o / (2 * DP), q = (o / DP) % 2, n = o % DP;
+        const int64_t t = t0 + qb * Q + kk;
+        if (n < p.ds && t < p.T) {
+          float acc = wsum[o];
+#pragma unroll
+          for (int w = 1; w < kWholeVW; ++w) acc += wsum[w * NO + o];
+          float* part = q == 0 ? p.dB_part : p.dC_part;
+          part[((part_row0 + t) * g.nblk_d + dblk) * p.ds + n] = acc;
+        }
+      }
+      __syncwarp();  // read before the next batch overwrites it
+    }
+  }
+
+  if (p.c_lo > 0) {  // more segments follow: hand the carries on
+    if (dvalid) {
+      whole_store_groups(p.carry + state_off, g.vec_state, p.ds, x, dh);
+      whole_store_groups(p.carry + carry_plane + state_off, g.vec_state, p.ds, x, dAn);
+      whole_store_groups(p.carry + 2 * carry_plane + state_off, g.vec_state, p.ds, x, dal);
+      p.carry[3 * carry_plane + b * p.di + d] = dD_acc;
+    }
+    return;
+  }
+  if (dvalid) {
+    float out[DP];
+    whole_load_groups(p.a_neg + d * p.ds, g.vec_state, p.ds, x, out);
+#pragma unroll
+    for (int s = 0; s < DP; ++s) out[s] *= dal[s];  // dA_log = A·Σ δ·dh·P
+    whole_store_groups(p.dAlog_part + state_off, g.vec_state, p.ds, x, out);
+    if (p.dh0) {
+#pragma unroll
+      for (int s = 0; s < DP; ++s) out[s] = dAn[s] * dh[s];
+      whole_store_groups(p.dh0 + state_off, g.vec_state, p.ds, x, out);
+    }
+    p.dD_part[b * p.di + d] = dD_acc;
+  }
+}
+
 }  // namespace mc::kern::scan_detail

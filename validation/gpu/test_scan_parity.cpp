@@ -612,6 +612,16 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       EXPECT_EQ(gs.segments, (g1.n_ckpt + chunks - 1) / chunks) << sl;
       expect_same_rerun(sl, b, budget, nullptr);
     }
+    // Layout twin of the backward (d_state <= 16, one channel a thread): the other thread
+    // layout gives the same bytes, in one launch and in segments of one chunk.
+    if (twin_layout != scan::FwdLayout::Auto)
+      for (size_t budget : {size_t(0), size_t(1)}) {
+        scan::BwdParams<T> bt = b;
+        bt.layout = twin_layout;
+        expect_same_rerun(label + ": backward in layout " + scan::to_string(twin_layout) +
+                              (budget ? " in segments of one chunk" : ""),
+                          bt, budget, nullptr);
+      }
     // d_delta written over delta, and du also written over dy (scan.hpp: the checkpointed
     // route allows both; the training step's backward does both), in one launch and in
     // segments of one chunk: the same bytes.
@@ -621,6 +631,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
                                (du_over_dy ? " and du over dy" : "") +
                                (budget ? " in segments" : "");
         scan::BwdParams<T> b3 = b;
+        if (du_over_dy && budget) b3.layout = twin_layout;  // in place in the other layout too
         b3.delta = {d_delta.get(), 0};
         if (du_over_dy) b3.dy = {du.get(), 0};
         expect_same_rerun(il, b3, budget, [&] {
@@ -676,6 +687,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         scan::BwdParams<T> bg = b;
         bg.saved = saved_g.get();
         bg.checkpoint_group = G;
+        if (G == 3) bg.layout = twin_layout;
         expect_same_rerun(bl, bg, budget, nullptr);
       }
     }
@@ -1532,9 +1544,20 @@ TEST(ScanContract, WholeStateLayout) {
   EXPECT_EQ(w.chunk, l.chunk);
   EXPECT_EQ(w.n_ckpt, l.n_ckpt);
   EXPECT_LE(w.smem_bytes, size_t(75) << 10) << "three blocks per SM";
-  // the backward ignores the forward's layout
-  const scan::Geometry bw = scan::geometry(head, Route::Checkpointed, true, 0, 0, 1, FwdLayout::WholeState);
-  EXPECT_EQ(bw.lanes, scan::geometry(head, Route::Checkpointed, true).lanes);
+  // the backward has both layouts too, with the same chunk and channel blocks (so the same
+  // partials and workspace); where its plan takes the tile plan, Auto keeps it
+  const scan::Geometry bw = scan::geometry(head, Route::Checkpointed, true);
+  const scan::Geometry bl =
+      scan::geometry(head, Route::Checkpointed, true, 0, 0, 1, FwdLayout::LaneGroups);
+  EXPECT_EQ(bw.lanes, 1);
+  EXPECT_EQ(bw.states, 16);
+  EXPECT_EQ(bl.lanes, 4);
+  EXPECT_EQ(bw.reduce_groups, bl.reduce_groups);
+  EXPECT_EQ(bw.chunk, bl.chunk);
+  EXPECT_EQ(scan::bwd_workspace_bytes(head, Route::Checkpointed),
+            size_t(scan::bwd_workspace_bytes(head, Route::Checkpointed, 0, 1)));
+  EXPECT_LE(bw.smem_bytes, size_t(75) << 10) << "three backward blocks per SM";
+  EXPECT_EQ(scan::geometry({8, 2048, 2048, 16}, Route::Checkpointed, true).channels_per_thread, 4);
   // the threshold: 132 warps of 32 channels
   EXPECT_EQ(scan::geometry({4, 1000, 33 * 32, 16}, Route::Checkpointed, false).lanes, 1);   // 132
   EXPECT_EQ(scan::geometry({1, 1000, 131 * 32, 16}, Route::Checkpointed, false).lanes, 4);  // 131
