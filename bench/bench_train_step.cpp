@@ -201,6 +201,7 @@ struct StepBench {
   size_t scan_partial_budget = 0;  // --scan-partial-budget (0 = the scan's default)
   bool fused_dt = false;           // --dt-proj=cublas|fused
   int scan_cpt = 0;                // --scan-cpt=N (0 = the scan's plan)
+  ScanLayout scan_layout = ScanLayout::Auto;  // --scan-layout
   size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
   ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;  // --scan-checkpoints
   int n_cases = 0;
@@ -223,6 +224,7 @@ gpu::RunOptions run_options(const StepCase& c, const StepBench& g) {
   opt.scan_partial_budget = g.scan_partial_budget;
   opt.fused_dt_softplus = g.fused_dt;
   opt.scan_channels_per_thread = g.scan_cpt;
+  opt.scan_layout = g.scan_layout;
   opt.cublas_workspace_bytes = g.cublas_workspace;
   opt.scan_checkpoints = g.scan_checkpoints;
   return opt;
@@ -532,6 +534,10 @@ int main_impl(int argc, char** argv) {
               "                     softplus kernels (default), or both as one kernel (opt-in)\n"
               "  --scan-cpt=N       the checkpointed scan's channels per thread (0 = its plan's\n"
               "                     choice, 1 = one channel a thread, 2..4 = the tile plan)\n"
+              "  --scan-layout=auto|lane-groups|whole-state\n"
+              "                     the checkpointed scan's thread layout at d_state <= 16: a\n"
+              "                     channel's states over 4 lanes, or all in one thread (the same\n"
+              "                     bits); default auto = the scan's plan\n"
               "  --cublas-workspace=BYTES\n"
               "                     the cuBLAS workspace of each model (default 33554432 = 32 MiB;\n"
               "                     65536..1073741824, a multiple of 256; cuBLAS picks its kernels\n"
@@ -550,7 +556,8 @@ int main_impl(int argc, char** argv) {
   StepBench g;
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
                                                                   "scan-partial-budget", "dt-proj",
-                                                                  "scan-cpt", "cublas-workspace",
+                                                                  "scan-cpt", "scan-layout",
+                                                                  "cublas-workspace",
                                                                   "scan-checkpoints", "plan"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
@@ -568,6 +575,8 @@ int main_impl(int argc, char** argv) {
 
   g.fused_dt = g.flags.get_string("dt-proj", "cublas", {"cublas", "fused"}) == "fused";
   g.scan_cpt = int(g.flags.get_int("scan-cpt", 0, 0, 4));
+  g.scan_layout = parse_scan_layout(
+      g.flags.get_string("scan-layout", "auto", {"auto", "lane-groups", "whole-state"}));
   g.cublas_workspace = size_t(g.flags.get_int(
       "cublas-workspace", (long long)gpu::kCublasWorkspaceBytes, 0, (long long)(1) << 40));
   gpu::require_cublas_workspace_bytes("--cublas-workspace", g.cublas_workspace);
@@ -646,6 +655,12 @@ int main_impl(int argc, char** argv) {
                    std::string(to_string(g.scan_checkpoints)) +
                        " (auto = grouped for bf16/f16, every chunk's state for f32; "
                        "scan_checkpoint_group per row: chunks per saved state)");
+  AddCustomContext("scan_layout",
+                   std::string(to_string(g.scan_layout)) +
+                       (g.scan_layout == ScanLayout::Auto
+                            ? " (the scan's plan: a channel's whole state a thread at d_state <= 16 "
+                              "where B*ceil(d_inner/32) >= 132; the same bits either way)"
+                            : " (forced)"));
   AddCustomContext("scan_channels_per_thread",
                    g.scan_cpt ? std::to_string(g.scan_cpt) + " (forced)"
                               : std::string("0 (the scan's plan, scan::geometry)"));

@@ -51,6 +51,22 @@ const char* to_string(ScanCheckpoints c) {
   return "?";
 }
 
+const char* to_string(ScanLayout l) {
+  switch (l) {
+    case ScanLayout::Auto: return "auto";
+    case ScanLayout::LaneGroups: return "lane-groups";
+    case ScanLayout::WholeState: return "whole-state";
+  }
+  return "?";
+}
+
+ScanLayout parse_scan_layout(const std::string& s) {
+  if (s == "auto") return ScanLayout::Auto;
+  if (s == "lane-groups" || s == "lanes") return ScanLayout::LaneGroups;
+  if (s == "whole-state" || s == "whole") return ScanLayout::WholeState;
+  throw ConfigError("scan_layout = '" + s + "' is not one of auto|lane-groups|whole-state");
+}
+
 ScanCheckpoints parse_scan_checkpoints(const std::string& s) {
   if (s == "auto") return ScanCheckpoints::Auto;
   if (s == "every") return ScanCheckpoints::Every;

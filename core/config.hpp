@@ -27,6 +27,9 @@ enum class ScanExp { Auto, Hardware, Accurate };
 // rebuilt by the backward (one more pass of the recurrence, the same bits). Auto: per
 // storage dtype (scan_checkpoints below).
 enum class ScanCheckpoints { Auto, Every, Grouped };
+// The checkpointed scan's thread layout at d_state <= 16 (kernels/scan/scan.hpp, FwdLayout):
+// a channel's states over 4 lanes, or all 16 in one thread; the same bits either way.
+enum class ScanLayout { Auto, LaneGroups, WholeState };
 
 // Storage dtype of the "typed" tensors of the mixed-precision path (which tensors:
 // reference_cpu/model.cpp; docs/math.md#mixed-precision).
@@ -38,6 +41,8 @@ const char* to_string(ScanRoute r);
 const char* to_string(ScanExp e);
 const char* to_string(DType d);
 const char* to_string(ScanCheckpoints c);
+const char* to_string(ScanLayout l);
+ScanLayout parse_scan_layout(const std::string& s);  // throws ConfigError
 ScanMode parse_scan_mode(const std::string& s);  // throws ConfigError
 ScanCheckpoints parse_scan_checkpoints(const std::string& s);  // throws ConfigError
 DType parse_dtype(const std::string& s);         // throws ConfigError

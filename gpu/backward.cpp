@@ -97,6 +97,7 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   sp.route = route_;
   sp.exp = scan_exp_;
   sp.channels_per_thread = scan_cpt_;
+  sp.layout = scan_layout_;
   sp.checkpoint_group = scan_group_;
   sp.delta = {delta, di};
   sp.u = {U, sc.ld_u};

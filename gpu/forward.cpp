@@ -203,6 +203,7 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
   sp.route = route_;
   sp.exp = scan_exp_;
   sp.channels_per_thread = scan_cpt_;
+  sp.layout = scan_layout_;
   sp.checkpoint_group = scan_group_;
   sp.delta = {sc.s1, di};
   sp.u = {sc.u, sc.ld_u};

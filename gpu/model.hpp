@@ -132,6 +132,9 @@ struct RunOptions {
   // choice, 1 = one channel a thread, 2..4 = the d_state <= 16 tile plan), for tests and
   // benchmarks that compare the plans.
   int scan_channels_per_thread = 0;
+  // The checkpointed scan's thread layout at d_state <= 16 (kernels/scan/scan.hpp FwdLayout:
+  // Auto = its plan's choice). The same bits either way; for benchmarks that compare them.
+  ScanLayout scan_layout = ScanLayout::Auto;
   // bf16/f16 on the tensor-core tier: F4c's and B4's dt_proj GEMM with its softplus as one
   // kernel (kernels/dt_softplus.cuh), opt-in; dt_rank above kDtSoftplusMaxRank (256) keeps
   // the cuBLAS path. Default false: cuBLAS, then the softplus

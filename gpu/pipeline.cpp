@@ -66,6 +66,7 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
       scan_partial_budget_(opt.scan_partial_budget),
       scan_cpt_(opt.scan_channels_per_thread),
+      scan_layout_(opt.scan_layout),
       gemm_(ctx ? ctx->cublas() : nullptr, opt.gemm, opt.typed_gemm, ctx ? &ctx->phases() : nullptr),
       fused_dt_(!std::is_same<T, float>::value && opt.typed_gemm == TypedGemm::TensorCore &&
                 opt.fused_dt_softplus && kern::dt_softplus_supported(lay.dims.dr)),

@@ -242,6 +242,7 @@ class Pipeline final : public PipelineBase {
   size_t scan_saved_floats_ = 0;  // per layer
   size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)
   const int scan_cpt_;          // RunOptions::scan_channels_per_thread
+  const ScanLayout scan_layout_;  // RunOptions::scan_layout
   const Gemm gemm_;
   // F4c / B4 with RunOptions::fused_dt_softplus (opt-in) on the tensor-core tier: the
   // dt_proj GEMM and its softplus in one kernel (kernels/dt_softplus.cuh); otherwise, and

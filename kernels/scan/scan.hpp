@@ -86,10 +86,8 @@ struct Rows {
 // Both give the same bits (forward: y, saved states, final state; backward: every
 // output): the same arithmetic per state and every sum in the same order
 // (test_scan_parity.cpp, the layout twins).
-enum class FwdLayout { Auto, LaneGroups, WholeState };
-inline const char* to_string(FwdLayout l) {
-  return l == FwdLayout::Auto ? "auto" : (l == FwdLayout::LaneGroups ? "lane-groups" : "whole-state");
-}
+// (core/config.hpp: ScanLayout.)
+using FwdLayout = ::mc::ScanLayout;
 
 template <class T>
 struct FwdParams {
