@@ -658,8 +658,8 @@ int main_impl(int argc, char** argv) {
   AddCustomContext("scan_layout",
                    std::string(to_string(g.scan_layout)) +
                        (g.scan_layout == ScanLayout::Auto
-                            ? " (the scan's plan: a channel's whole state a thread at d_state <= 16 "
-                              "where B*ceil(d_inner/32) >= 132; the same bits either way)"
+                            ? " (the scan's plan: the lane groups; whole-state is opt-in, the "
+                              "same bits either way)"
                             : " (forced)"));
   AddCustomContext("scan_channels_per_thread",
                    g.scan_cpt ? std::to_string(g.scan_cpt) + " (forced)"

@@ -209,12 +209,13 @@ int auto_channels_per_thread(const scan::Shape& s, bool backward) {
   const int64_t one_channel_blocks = s.B * ((s.di + cb - 1) / cb);
   return one_channel_blocks > kCkptBwdMinBlocks * kPlanSMs ? 4 : 1;
 }
-// The forward's thread layout at d_state <= 16, one channel a thread (scan::FwdLayout):
-// the whole state a thread once its warps (one per 32 channels of a sample) are at least
-// one per SM; with fewer, the lane groups' 4x more warps spread over more SMs.
-bool whole_state_by_default(const scan::Shape& s) {
-  return s.B * ((s.di + kWholeThreads - 1) / kWholeThreads) >= kPlanSMs;
-}
+// The thread layout at d_state <= 16, one channel a thread (scan::FwdLayout): always the
+// lane groups. The whole-state layout (opt-in) measured 2.8x slower in the forward and 1.8x
+// in the backward at B 8, d_inner 1536, T 2048 (H200, docs/performance-notes.md,
+// "2026-12-05, second session"): one warp a scheduler issued 0.24 / 0.33 instructions a
+// cycle, its fully unrolled steps missing the instruction cache. A pure function of the
+// shape all the same, so that a rule can take its place.
+bool whole_state_by_default(const scan::Shape&) { return false; }
 }  // namespace
 
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,

@@ -499,15 +499,18 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
           const float fd = has_sp ? sc_fd[k * CB] : 1.f;
           o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
           o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
-          // dB terms (δ·u)·dh and dC terms dy·h_t at v[8·gp + 4·q + s]
+          // dB terms (δ·u)·dh and dC terms dy·h_t at v[8·gp + 4·q + s], each product rounded
+          // (__fmul_rn): the first level adds them straight to the partner's, and a
+          // contracted fma there would not round the product as the lane plan does (its
+          // selects keep the compiler from contracting)
           float v[NV];
           const float w = dl * uv;
 #pragma unroll
           for (int gp = 0; gp < 4; ++gp)
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
-              v[8 * gp + s] = w * dh[4 * gp + s];
-              v[8 * gp + 4 + s] = dyv * hcur[4 * gp + s];
+              v[8 * gp + s] = __fmul_rn(w, dh[4 * gp + s]);
+              v[8 * gp + 4 + s] = __fmul_rn(dyv, hcur[4 * gp + s]);
               hcur[4 * gp + s] = hp[4 * gp + s];
             }
           // levels on lane bits 2 and 1 (the group bits, permuted: keep the lower half),
