@@ -161,17 +161,23 @@ void tile_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   MC_LAUNCH_CHECK(name.c_str());
 }
 
-// The whole-state plan (d_state <= 16): one thread a channel, all 16 states.
-template <class T>
-void whole_forward(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
-  const scan::Shape& s = p.shape;
-  const CkptFwdArgs<T> a = ckpt_fwd_args(p, pl);
+// The whole-state plan's geometry of a launch with kernel arguments `a` (both directions).
+template <class Args>
+WholeGeom whole_geom(const CkptPlan& pl, const scan::Shape& s, const Args& a) {
   WholeGeom g;
   g.nblk_d = pl.nblk_d;
   g.n_ckpt = pl.n_ckpt;
   g.vec_state = s.ds % 4 == 0;
   g.async_bc = async_bc(a);
   g.async_act = async_act(a, pl.cb);
+  return g;
+}
+
+// The whole-state plan (d_state <= 16): one thread a channel, all 16 states.
+template <class T>
+void whole_forward(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+  const CkptFwdArgs<T> a = ckpt_fwd_args(p, pl);
+  const WholeGeom g = whole_geom(pl, p.shape, a);
   const size_t smem = whole_smem(sizeof(T), a.z != nullptr);
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name =
@@ -406,12 +412,7 @@ void whole_backward(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_
   const scan::Shape& s = p.shape;
   const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
-  WholeGeom g;
-  g.nblk_d = pl.nblk_d;
-  g.n_ckpt = pl.n_ckpt;
-  g.vec_state = s.ds % 4 == 0;
-  g.async_bc = async_bc(a);
-  g.async_act = async_act(a, pl.cb);
+  const WholeGeom g = whole_geom(pl, s, a);
   constexpr int K = ckpt_chunk(4);
   const size_t smem =
       whole_bwd_smem(K, sizeof(T), a.z != nullptr, a.delta_bias != nullptr).total;
