@@ -184,6 +184,8 @@ for p in "${phases[@]}"; do
     *) echo "unknown phase $p"; status=2 ;;
   esac
 done
-# One archive of everything (a remote runner may fetch only a few files).
+# One archive of everything (a remote runner may fetch only a few files). <out> is emptied
+# into it: a command that runs after this script in the same call writes to <out> itself
+# (its logs/ folder is gone; on 2026-12-05 two Nsight Compute logs were lost that way).
 (cd "$out" && tar -czf ../gpu_session_results.tar.gz . && rm -rf ./* && mv ../gpu_session_results.tar.gz results.tar.gz)
 exit $status
