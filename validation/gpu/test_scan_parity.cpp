@@ -394,6 +394,27 @@ int64_t ckpt_chunk(const ScanCase& c) {
   return scan::geometry(scan::Shape{c.B, c.T, c.di, c.ds}, Route::Checkpointed, false).chunk;
 }
 
+// A later forward's own outputs, NaN-filled (an unwritten element differs from any result):
+// saved states, final state and y, pointed at by `into`'s outputs.
+template <class T>
+struct FwdOutputs {
+  DeviceBuffer<float> saved, h_final;
+  DeviceBuffer<T> y;
+  FwdOutputs(size_t n_saved, size_t n_state, size_t n_y, const std::string& what)
+      : saved(n_saved, "saved (" + what + ")"),
+        h_final(n_state, "h_final (" + what + ")"),
+        y(n_y, "y (" + what + ")") {
+    fill_nan(saved);
+    fill_nan(h_final);
+    fill_nan(y);
+  }
+  void point(scan::FwdParams<T>& into) {
+    into.saved = saved.get();
+    into.h_final = h_final.get();
+    into.y = {y.get(), 0};
+  }
+};
+
 // The checkpointed forward's other thread layout (scan::FwdLayout) than the one the plan
 // takes for this run, where there are two (d_state <= 16, one channel a thread); Auto
 // where there is none.
@@ -488,22 +509,16 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   const scan::FwdLayout twin_layout = other_fwd_layout(c, run);
   if (twin_layout != scan::FwdLayout::Auto) {
     const bool whole = twin_layout == scan::FwdLayout::LaneGroups;
-    DeviceBuffer<float> saved3(nsaved, "saved (layout twin)"), hf3(size_t(ns), "h_final (layout twin)");
-    DeviceBuffer<T> y3(size_t(n), "y (layout twin)");
-    fill_nan(saved3);
-    fill_nan(hf3);
-    fill_nan(y3);
+    FwdOutputs<T> out3(nsaved, size_t(ns), size_t(n), "layout twin");
     scan::FwdParams<T> f3 = f;
     f3.layout = twin_layout;
-    f3.saved = saved3.get();
-    f3.h_final = hf3.get();
-    f3.y = {y3.get(), 0};
+    out3.point(f3);
     scan::forward<T>(f3, kStream);
     const std::string twin = label + ": layout " + scan::to_string(f3.layout) + " against " +
                              (whole ? "whole-state" : "lane-groups");
-    EXPECT_TRUE(bitwise_equal(download(y3, size_t(n)), o.y)) << twin << ": y differs";
-    EXPECT_TRUE(bitwise_equal(download(saved3, nsaved), o.saved)) << twin << ": saved differs";
-    EXPECT_TRUE(bitwise_equal(download(hf3, size_t(ns)), o.h_final))
+    EXPECT_TRUE(bitwise_equal(download(out3.y, size_t(n)), o.y)) << twin << ": y differs";
+    EXPECT_TRUE(bitwise_equal(download(out3.saved, nsaved), o.saved)) << twin << ": saved differs";
+    EXPECT_TRUE(bitwise_equal(download(out3.h_final, size_t(ns)), o.h_final))
         << twin << ": final state differs";
   }
 
@@ -657,21 +672,15 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       EXPECT_EQ(gg.n_saved, (gf.n_ckpt + G - 1) / G) << gl;
       const size_t nsg = scan::saved_floats(sh, run.route, G);
       EXPECT_EQ(nsg, size_t(c.B * gg.n_saved) * row) << gl;
-      DeviceBuffer<float> saved_g(nsg, "saved (grouped)"), hf_g(size_t(ns), "h_final (grouped)");
-      DeviceBuffer<T> y_g(size_t(n), "y (grouped)");
-      fill_nan(saved_g);
-      fill_nan(hf_g);
-      fill_nan(y_g);
+      FwdOutputs<T> out_g(nsg, size_t(ns), size_t(n), "grouped");
       scan::FwdParams<T> fg = f;
       fg.checkpoint_group = G;
       if (G == 3) fg.layout = twin_layout;  // grouped saves in the other layout too
-      fg.saved = saved_g.get();
-      fg.h_final = hf_g.get();
-      fg.y = {y_g.get(), 0};
+      out_g.point(fg);
       scan::forward<T>(fg, kStream);
-      EXPECT_TRUE(bitwise_equal(download(y_g, size_t(n)), o.y)) << gl << ": y";
-      EXPECT_TRUE(bitwise_equal(download(hf_g, size_t(ns)), o.h_final)) << gl << ": h_final";
-      const std::vector<float> sg_host = download(saved_g, nsg);
+      EXPECT_TRUE(bitwise_equal(download(out_g.y, size_t(n)), o.y)) << gl << ": y";
+      EXPECT_TRUE(bitwise_equal(download(out_g.h_final, size_t(ns)), o.h_final)) << gl << ": h_final";
+      const std::vector<float> sg_host = download(out_g.saved, nsg);
       for (int64_t bb = 0; bb < c.B; ++bb)
         for (int64_t i = 0; i < gg.n_saved; ++i)
           EXPECT_EQ(std::memcmp(sg_host.data() + size_t(bb * gg.n_saved + i) * row,
@@ -685,7 +694,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
         const scan::Geometry gb = scan::geometry(sh, run.route, true, budget, run.cpt, G);
         EXPECT_EQ(gb.refills, (gf.n_ckpt + G - 1) / G) << bl;
         scan::BwdParams<T> bg = b;
-        bg.saved = saved_g.get();
+        bg.saved = out_g.saved.get();
         bg.checkpoint_group = G;
         if (G == 3) bg.layout = twin_layout;
         expect_same_rerun(bl, bg, budget, nullptr);
