@@ -102,7 +102,7 @@ Run parse_run(const std::string& spec) {
   for (size_t colon = s.rfind(':'); colon != std::string::npos; colon = s.rfind(':')) {
     const std::string v = s.substr(colon + 1);
     if (v == "lanes" || v == "whole") {
-      layout = v == "lanes" ? scan::FwdLayout::LaneGroups : scan::FwdLayout::WholeState;
+      layout = parse_scan_layout(v);
     } else if (v.rfind("cpt", 0) == 0) {
       if (v != "cpt1" && v != "cpt2" && v != "cpt3" && v != "cpt4")
         throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt1 .. :cpt4");

@@ -209,13 +209,6 @@ int auto_channels_per_thread(const scan::Shape& s, bool backward) {
   const int64_t one_channel_blocks = s.B * ((s.di + cb - 1) / cb);
   return one_channel_blocks > kCkptBwdMinBlocks * kPlanSMs ? 4 : 1;
 }
-// The thread layout at d_state <= 16, one channel a thread (scan::FwdLayout): always the
-// lane groups. The whole-state layout (opt-in) measured 2.8x slower in the forward and 1.8x
-// in the backward at B 8, d_inner 1536, T 2048 (H200, docs/performance-notes.md,
-// "2026-12-05, second session"): one warp a scheduler issued 0.24 / 0.33 instructions a
-// cycle, its fully unrolled steps missing the instruction cache. A pure function of the
-// shape all the same, so that a rule can take its place.
-bool whole_state_by_default(const scan::Shape&) { return false; }
 }  // namespace
 
 CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,
@@ -242,10 +235,13 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread,
                       ? (channels_per_thread ? channels_per_thread
                                              : auto_channels_per_thread(s, backward))
                       : 1;
-  const bool whole = s.ds <= kWholeStates && cpt <= 1 &&
-                     (layout == scan::FwdLayout::WholeState ||
-                      (layout == scan::FwdLayout::Auto && whole_state_by_default(s)));
-  if (whole) {
+  // The whole-state layout only when forced (d_state <= 16 checked above), and only where the
+  // plan is one channel a thread (a backward whose own choice is the tile plan keeps it).
+  // Auto is the lane groups: whole-state measured 2.8x slower forward and 1.8x backward at
+  // B 8, d_inner 1536, T 2048 (H200, docs/performance-notes.md, "2026-12-05, second
+  // session"): one warp a scheduler issued 0.24 / 0.33 instructions a cycle, its fully
+  // unrolled steps missing the instruction cache.
+  if (layout == scan::FwdLayout::WholeState && cpt <= 1) {
     pl.whole = true;
     pl.S = kWholeStates;
     pl.K = ckpt_chunk(4);  // the lane plan's stride: the same checkpoints

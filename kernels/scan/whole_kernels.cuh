@@ -57,9 +57,24 @@ __host__ __device__ inline size_t whole_smem(size_t elem, bool has_z) {
   return 2 * size_t(fwd_n_act(has_z)) * whole_act_bytes(elem) + 4 * whole_bc_bytes(elem);
 }
 
-// The lane plan's y order over the 4 groups' partials: (p0 + p1) + (p2 + p3).
-__device__ __forceinline__ float whole_y_sum(const float (&p)[kWholeGroups]) {
+// Σ over the 4 state groups' partials in the lane plan's order (its group butterfly):
+// (p0 + p1) + (p2 + p3). In the backward, whose groups are held permuted, the physical
+// pairs {0, 1}, {2, 3} are the logical ones, possibly swapped: + commutes.
+__device__ __forceinline__ float whole_group_sum(const float (&p)[kWholeGroups]) {
   return (p[0] + p[1]) + (p[2] + p[3]);
+}
+// Σ_n h·C in the lane plan's order: per group of 4 states an fma chain from 0 (a lane's
+// partial there), then whole_group_sum.
+__device__ __forceinline__ float whole_y_dot(const float (&h)[kWholeStates],
+                                             const float (&c)[kWholeStates]) {
+  float part[kWholeGroups];
+#pragma unroll
+  for (int q = 0; q < kWholeGroups; ++q) {
+    part[q] = 0.f;
+#pragma unroll
+    for (int s = 4 * q; s < 4 * q + 4; ++s) part[q] = fmaf(h[s], c[s], part[q]);
+  }
+  return whole_group_sum(part);
 }
 
 // grid B·nblk_d blocks of kWholeThreads threads; dynamic smem whole_smem(sizeof(T), z).
@@ -160,19 +175,9 @@ __global__ void __launch_bounds__(kWholeThreads) whole_fwd_kernel(CkptFwdArgs<T>
       float bv[DP], cv[DP];
       smem_vec<DP>(Bt + k * DP, bv);
       smem_vec<DP>(Ct + k * DP, cv);
-      float part[kWholeGroups];
 #pragma unroll
-      for (int q = 0; q < kWholeGroups; ++q) {
-        float yp = 0.f;
-#pragma unroll
-        for (int s = 4 * q; s < 4 * q + 4; ++s) {
-          const float dA = expm<E>(dl * a[s]);
-          h[s] = fmaf(dA, h[s], du * bv[s]);
-          yp = fmaf(h[s], cv[s], yp);
-        }
-        part[q] = yp;
-      }
-      float yv = whole_y_sum(part) + __fmul_rn(Dd, uv);
+      for (int s = 0; s < DP; ++s) h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * bv[s]);
+      float yv = whole_y_dot(h, cv) + __fmul_rn(Dd, uv);
       if (has_z) yv *= act_silu(smem_f32(zt[k * CB]));
       ys[k] = yv;
     }
@@ -270,11 +275,6 @@ __device__ __forceinline__ void whole_row_groups(const T* row, int x, float (&v)
 #pragma unroll
     for (int s = 0; s < 4; ++s) v[4 * gp + s] = q[s];
   }
-}
-// Σ over the groups in the lane plan's order (the physical pairs {0,1}, {2,3} are the
-// logical ones, possibly swapped: + commutes).
-__device__ __forceinline__ float whole_group_sum(float p0, float p1, float p2, float p3) {
-  return (p0 + p1) + (p2 + p3);
 }
 
 // grid B·nblk_d blocks of kWholeThreads threads (blockIdx = b·nblk_d + dblk, as the lane
@@ -439,15 +439,9 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
             hk[i][s] = h[s];
           }
           if (has_z) {
-            float cv[DP], yp[4];
+            float cv[DP];
             whole_row_groups<T>(Ct + k * DP, x, cv);
-#pragma unroll
-            for (int gp = 0; gp < 4; ++gp) {
-              yp[gp] = 0.f;
-#pragma unroll
-              for (int s = 4 * gp; s < 4 * gp + 4; ++s) yp[gp] = fmaf(h[s], cv[s], yp[gp]);
-            }
-            yk[i] = whole_group_sum(yp[0], yp[1], yp[2], yp[3]) + __fmul_rn(Dd, sc_u[k * CB]);
+            yk[i] = whole_y_dot(h, cv) + __fmul_rn(Dd, sc_u[k * CB]);
           }
         }
 #pragma unroll
@@ -494,8 +488,8 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
               dAn[s] = dA;
             }
           }
-          const float S1 = whole_group_sum(s1[0], s1[1], s1[2], s1[3]);
-          const float S2 = whole_group_sum(s2[0], s2[1], s2[2], s2[3]) * exp_coef_inverse<E>();
+          const float S1 = whole_group_sum(s1);
+          const float S2 = whole_group_sum(s2) * exp_coef_inverse<E>();
           const float fd = has_sp ? sc_fd[k * CB] : 1.f;
           o_dd[kk - kh] = fmaf(uv, S1, S2) * fd;
           o_du[kk - kh] = fmaf(dl, S1, __fmul_rn(Dd, dyv));
