@@ -284,7 +284,49 @@ struct CkptBwdArgs {
   // in `carry`: read unless the segment ends at T, written unless it starts at 0.
   int64_t c_lo, c_hi, seg_rows;
   float* carry;
+  // Pieces (scan.hpp, "Pieces of the backward"): the chunks in pieces of piece_chunks;
+  // each piece sums its own dA_log and dD, from 0, into partial slot b·n_pieces + piece.
+  // One piece (piece_chunks = n_ckpt) is the walk over all T in one sum. With
+  // parallel_pieces one launch walks every piece at once (blockIdx.x = piece·B·nblk_d +
+  // b·nblk_d + dblk, c_lo = 0, c_hi = n_ckpt), each piece but the last starting from the
+  // (dh, dAn) that the carry pass (piece_kernels.cuh) left in piece_carry
+  // [n_pieces - 1][2][B, di, ds]; otherwise launches never cross a piece's edge.
+  int64_t piece_chunks = 0, n_pieces = 1;
+  bool parallel_pieces = false;
+  const float* piece_carry = nullptr;
 };
+
+// Which chunks a backward block walks, and where its sums start and end (CkptBwdArgs,
+// pieces). Both one-channel backward kernels (ckpt_bwd_kernel, whole_bwd_kernel).
+struct BwdPiece {
+  int64_t bid;         // the block's index within one piece's grid: b·nblk_d + dblk
+  int64_t c_lo, c_hi;  // this block walks chunks c_hi-1 down to c_lo
+  int64_t piece;       // the piece these chunks belong to
+  bool last;           // c_hi = n_ckpt: dh_final (or 0) in
+  bool fresh;          // the walk starts its piece: the dA_log and dD sums start at 0
+  bool done;           // the walk ends its piece: the piece's dA_log and dD partials out
+};
+template <class V>
+__device__ __forceinline__ BwdPiece bwd_piece(const CkptBwdArgs<V>& p, int64_t nblk_d,
+                                              int64_t n_ckpt) {
+  BwdPiece w;
+  const int64_t per_piece = p.B * nblk_d;
+  if (p.parallel_pieces) {
+    w.piece = int64_t(blockIdx.x) / per_piece;
+    w.bid = int64_t(blockIdx.x) - w.piece * per_piece;
+    w.c_lo = w.piece * p.piece_chunks;
+    w.c_hi = min(n_ckpt, w.c_lo + p.piece_chunks);
+  } else {
+    w.bid = int64_t(blockIdx.x);
+    w.c_lo = p.c_lo;
+    w.c_hi = p.c_hi;
+    w.piece = (w.c_hi - 1) / p.piece_chunks;
+  }
+  w.last = w.c_hi >= n_ckpt;
+  w.fresh = w.last || w.c_hi % p.piece_chunks == 0;
+  w.done = w.c_lo % p.piece_chunks == 0;
+  return w;
+}
 
 // Which thread serves what (both kernels).
 struct LaneMap {
@@ -293,7 +335,9 @@ struct LaneMap {
   int cols_valid;          // channels of this block inside di
   bool dvalid;
 };
-__device__ __forceinline__ LaneMap lane_map(const CkptGeom& g, int64_t di, int64_t ds, int S) {
+// `bid`: the block's index b·nblk_d + dblk (blockIdx.x but in a pieces launch).
+__device__ __forceinline__ LaneMap lane_map(const CkptGeom& g, int64_t di, int64_t ds, int S,
+                                            int64_t bid) {
   LaneMap m;
   const int tid = int(threadIdx.x);
   m.L = g.lanes;
@@ -301,8 +345,8 @@ __device__ __forceinline__ LaneMap lane_map(const CkptGeom& g, int64_t di, int64
   m.j = tid & (g.lanes - 1);
   m.lane = tid & 31;
   m.warp = tid >> 5;
-  m.b = int64_t(blockIdx.x) / g.nblk_d;
-  m.dblk = int64_t(blockIdx.x) - m.b * g.nblk_d;
+  m.b = bid / g.nblk_d;
+  m.dblk = bid - m.b * g.nblk_d;
   m.d0 = m.dblk * g.cb;
   const int64_t left_d = di - m.d0;
   m.cols_valid = int(left_d < g.cb ? left_d : g.cb);
@@ -375,7 +419,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   constexpr bool DY = fwd_defers_y(L);
   static_assert(!DY || KF % kYSumSteps == 0, "y rounds: 2 steps per lane of 4");
   extern __shared__ float smem[];
-  const LaneMap m = lane_map(g, p.di, p.ds, S);
+  const LaneMap m = lane_map(g, p.di, p.ds, S, int64_t(blockIdx.x));
   const bool has_z = p.z != nullptr;
   const CkptSmem lay =
       ckpt_smem(g, KF, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
@@ -546,8 +590,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 }
 
 // ---- backward -------------------------------------------------------------------------
-// grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(.., backward = true).
-template <class T, int S, int L, scan::ExpMath E, int K>
+// grid B·nblk_d blocks of 32·W threads (PIECES with parallel pieces: pieces x that);
+// dynamic smem ckpt_smem(.., backward = true). PIECES: compiled for the pieces of
+// CkptBwdArgs (the d_state <= 16 plan only, host.cu); the instances without them run the
+// code that was measured before pieces existed, and take one piece only.
+template <class T, int S, int L, scan::ExpMath E, int K, bool PIECES = false>
 __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int CW = 32 / L;  // channels per warp
@@ -566,7 +613,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
   extern __shared__ float smem[];
-  const LaneMap m = lane_map(g, p.di, p.ds, S);
+  // Without PIECES every use below reads the launch's own chunks (p.c_lo, p.c_hi) and
+  // blockIdx.x, as the kernel did before pieces (the same SASS but for parameter offsets).
+  [[maybe_unused]] BwdPiece pw;
+  if constexpr (PIECES) pw = bwd_piece(p, g.nblk_d, g.n_ckpt);
+  const LaneMap m = lane_map(g, p.di, p.ds, S, PIECES ? pw.bid : int64_t(blockIdx.x));
   const int wch = m.lane / L;  // channel within the warp
   const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
   const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp),
@@ -610,13 +661,23 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   }
   const int64_t state_off = (m.b * p.di + m.d) * p.ds + m.n0;  // this thread's [b, d, n0]
   const int64_t carry_plane = p.B * p.di * p.ds;
-  const bool first_seg = p.c_hi >= g.n_ckpt;  // the segment that ends at T: no carry in
+  const bool first_seg = (PIECES ? pw.c_hi : p.c_hi) >= g.n_ckpt;  // ends at T: no carry in
   float dD_acc = 0.f;
   if (!first_seg) {
-    load_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
-    load_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
-    load_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
-    dD_acc = p.carry[3 * carry_plane + m.b * p.di + m.d];
+    if constexpr (PIECES) {  // the carry pass's state, or the later launch's of this piece
+      const float* cin = p.parallel_pieces ? p.piece_carry + 2 * pw.piece * carry_plane : p.carry;
+      load_states<S>(cin + state_off, g.vec_state, m.nvalid, dh);
+      load_states<S>(cin + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
+      if (!pw.fresh) {  // a later launch of the same piece: its sums go on
+        load_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
+        dD_acc = p.carry[3 * carry_plane + m.b * p.di + m.d];
+      }
+    } else {
+      load_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
+      load_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
+      load_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
+      dD_acc = p.carry[3 * carry_plane + m.b * p.di + m.d];
+    }
   } else if (p.dh_final) {
     load_states<S>(p.dh_final + state_off, g.vec_state, m.nvalid, dh);
   } else {
@@ -667,9 +728,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     }
     cp_async_commit();
   };
-  stage(p.c_hi - 1, int((p.c_hi - 1) & 1), true, true);
+  stage((PIECES ? pw.c_hi : p.c_hi) - 1, int(((PIECES ? pw.c_hi : p.c_hi) - 1) & 1), true, true);
 
-  for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
+  for (int64_t c = (PIECES ? pw.c_hi : p.c_hi) - 1; c >= (PIECES ? pw.c_lo : p.c_lo); --c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
@@ -678,7 +739,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
                    g.vec_state, m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
-    if (c > p.c_lo) stage(c - 1, bf ^ 1, true, !SB);  // copies overlap this chunk's math
+    if (c > (PIECES ? pw.c_lo : p.c_lo)) stage(c - 1, bf ^ 1, true, !SB);  // overlaps the math
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
@@ -849,7 +910,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
-      if (SB && qb == 0 && c > p.c_lo) stage(c - 1, 0, false, true);
+      if (SB && qb == 0 && c > (PIECES ? pw.c_lo : p.c_lo)) stage(c - 1, 0, false, true);
       // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
       {
         const float* wbuf = wsum + size_t(wb) * W * NO;
@@ -872,28 +933,56 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     store_outputs(c);
   }
 
-  if (p.c_lo > 0) {  // more segments follow: hand the carries on
+  if constexpr (PIECES) {
+    if (pw.c_lo > 0 && !p.parallel_pieces) {  // more launches of this piece follow: the carries
+      if (m.dvalid && m.nvalid > 0) {
+        store_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
+        store_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
+        store_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
+      }
+      if (m.dvalid && m.j == 0) p.carry[3 * carry_plane + m.b * p.di + m.d] = dD_acc;
+    }
+    if (!pw.done) return;
+    const int64_t slot = m.b * p.n_pieces + pw.piece;  // this piece's dA_log / dD partials
     if (m.dvalid && m.nvalid > 0) {
-      store_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
-      store_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
-      store_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
-    }
-    if (m.dvalid && m.j == 0) p.carry[3 * carry_plane + m.b * p.di + m.d] = dD_acc;
-    return;
-  }
-  if (m.dvalid && m.nvalid > 0) {
-    float out[S];
-    load_vec<S>(p.a_neg + m.d * p.ds + m.n0, g.vec_state && m.nvalid == S, m.nvalid, out);
+      float out[S];
+      load_vec<S>(p.a_neg + m.d * p.ds + m.n0, g.vec_state && m.nvalid == S, m.nvalid, out);
 #pragma unroll
-    for (int s = 0; s < S; ++s) out[s] *= dal[s];  // dA_log = A·Σ δ·dh·P
-    store_states<S>(p.dAlog_part + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, out);
-    if (p.dh0) {
+      for (int s = 0; s < S; ++s) out[s] *= dal[s];  // dA_log = A·Σ δ·dh·P
+      store_states<S>(p.dAlog_part + (slot * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid,
+                      out);
+      if (p.dh0 && pw.c_lo == 0) {
 #pragma unroll
-      for (int s = 0; s < S; ++s) out[s] = dAn[s] * dh[s];  // ∂L/∂h_{-1} = dA_0·∂L/∂h_0
-      store_states<S>(p.dh0 + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, out);
+        for (int s = 0; s < S; ++s) out[s] = dAn[s] * dh[s];  // ∂L/∂h_{-1} = dA_0·∂L/∂h_0
+        store_states<S>(p.dh0 + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, out);
+      }
     }
+    if (m.dvalid && m.j == 0) p.dD_part[slot * p.di + m.d] = dD_acc;
+  } else {
+    if (p.c_lo > 0) {  // more segments follow: hand the carries on
+      if (m.dvalid && m.nvalid > 0) {
+        store_states<S>(p.carry + state_off, g.vec_state, m.nvalid, dh);
+        store_states<S>(p.carry + carry_plane + state_off, g.vec_state, m.nvalid, dAn);
+        store_states<S>(p.carry + 2 * carry_plane + state_off, g.vec_state, m.nvalid, dal);
+      }
+      if (m.dvalid && m.j == 0) p.carry[3 * carry_plane + m.b * p.di + m.d] = dD_acc;
+      return;
+    }
+    if (m.dvalid && m.nvalid > 0) {
+      float out[S];
+      load_vec<S>(p.a_neg + m.d * p.ds + m.n0, g.vec_state && m.nvalid == S, m.nvalid, out);
+#pragma unroll
+      for (int s = 0; s < S; ++s) out[s] *= dal[s];  // dA_log = A·Σ δ·dh·P
+      store_states<S>(p.dAlog_part + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid,
+                      out);
+      if (p.dh0) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) out[s] = dAn[s] * dh[s];  // ∂L/∂h_{-1} = dA_0·∂L/∂h_0
+        store_states<S>(p.dh0 + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, out);
+      }
+    }
+    if (m.dvalid && m.j == 0) p.dD_part[m.b * p.di + m.d] = dD_acc;
   }
-  if (m.dvalid && m.j == 0) p.dD_part[m.b * p.di + m.d] = dD_acc;
 }
 
 }  // namespace mc::kern::scan_detail

@@ -45,26 +45,50 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread 
 // backward's plan of the shape.
 // With grouped checkpoints (scan.hpp) the chunks are walked in groups of `group`; a
 // segment never crosses a group's edge, so each group holds ceil(group / chunks) of them.
+// Pieces (scan.hpp, "Pieces of the backward"): the chunks are also cut into n_pieces pieces of
+// piece_chunks (a pure function of the shape, ckpt_pieces); each piece sums its own dA_log and
+// dD. Segments never cross a piece's edge either. When every piece's partial rows fit the
+// budget at once and there are no groups, one launch walks all pieces in parallel
+// (`parallel`, after the carry pass of piece_kernels.cuh); either way the same bits.
 struct CkptSegments {
   int64_t chunks = 1;    // checkpoint chunks per segment (the last of a group may have fewer)
-  int64_t count = 1;     // segments in all
+  int64_t count = 1;     // launches of the walk in all (1 with parallel pieces)
   int64_t rows = 0;      // partial rows per sample = min(T, chunks·K)
   int64_t group = 1;     // chunks per saved state (1 = every chunk's state saved)
   int64_t span = 0;      // chunks per group walk: group, or n_ckpt when group = 1
   int64_t n_saved = 0;   // saved states per sample = ceil(n_ckpt / group)
+  int64_t pieces = 1;    // pieces of the walk (1: one sum over all T)
+  int64_t piece_chunks = 0;  // chunks per piece (n_ckpt with one piece)
+  bool parallel = false;     // every piece in one launch
   bool refill() const { return group > 1; }
 };
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
                            int64_t checkpoint_group = 1);
+// The sequential launches of a group's chunks g_lo .. g_hi-1, last first: each covers whole
+// chunks of one piece, at most sg.chunks of them. fn(c_lo, c_hi) per launch.
+template <class Fn>
+void for_each_segment(const CkptSegments& sg, int64_t g_lo, int64_t g_hi, const Fn& fn) {
+  for (int64_t hi = g_hi; hi > g_lo;) {
+    const int64_t piece_lo = (hi - 1) / sg.piece_chunks * sg.piece_chunks;
+    const int64_t lo = piece_lo > g_lo ? piece_lo : g_lo;  // the piece's part of the group
+    for (int64_t seg = (hi - lo + sg.chunks - 1) / sg.chunks - 1; seg >= 0; --seg) {
+      const int64_t c_lo = lo + seg * sg.chunks;
+      fn(c_lo, c_lo + sg.chunks < hi ? c_lo + sg.chunks : hi);
+    }
+    hi = lo;
+  }
+}
 // checkpoint_group: >= 1, and 1 off the checkpointed route (ConfigError naming fn, the
 // field, the value and the limit). Every entry point that takes a group calls it first.
 void require_checkpoint_group(const char* fn, scan::Route route, int64_t group);
 // Saved states per sample of a forward with a checked `checkpoint_group`.
 int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group);
 
-// Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part,
-// dD_part, carry (only with more than one segment), the group's chunk states (only
-// with group > 1: [B, group, di, ds]); off[6] = total. Each part 256-byte aligned.
+// Byte offsets of the backward workspace parts: dB_part, dC_part, dAlog_part
+// [B, pieces, di, ds], dD_part [B, pieces, di], carry (with more than one launch: dh, dAn,
+// dA_log and dD sums; with parallel pieces: the carry pass's [pieces - 1][2][B, di, ds]),
+// the group's chunk states (only with group > 1: [B, group, di, ds]); off[6] = total. Each
+// part 256-byte aligned.
 // `pl`, `sg`: the backward's plan and segments of the shape.
 void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const CkptSegments& sg,
                             size_t off[7]);

@@ -15,6 +15,7 @@
 #include "kernels/scan/tile_kernels.cuh"
 #include "kernels/scan/whole_kernels.cuh"
 #include "kernels/scan/refill_kernels.cuh"
+#include "kernels/scan/piece_kernels.cuh"
 #include "kernels/scan/detail.hpp"
 
 namespace mc::kern::scan_detail {
@@ -259,8 +260,57 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   a.dD_part = reinterpret_cast<float*>(ws + off[3]);
   a.dh0 = p.dh0;
   a.seg_rows = sg.rows;
-  a.carry = sg.count > 1 ? reinterpret_cast<float*>(ws + off[4]) : nullptr;
+  a.carry = !sg.parallel && sg.count > 1 ? reinterpret_cast<float*>(ws + off[4]) : nullptr;
+  a.piece_chunks = sg.piece_chunks;
+  a.n_pieces = sg.pieces;
+  a.parallel_pieces = sg.parallel;
+  a.piece_carry = sg.parallel ? reinterpret_cast<const float*>(ws + off[4]) : nullptr;
   return a;
+}
+
+// The carry pass of parallel pieces (piece_kernels.cuh): the walk's (dh, dAn) entering
+// every piece but the last, into a.piece_carry.
+template <class T>
+void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
+                        const CkptBwdArgs<T>& a, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  CkptPieceCarryArgs<T> r;
+  r.B = s.B;
+  r.T = s.T;
+  r.di = s.di;
+  r.ds = s.ds;
+  r.delta = a.delta;
+  r.ld_delta = a.ld_delta;
+  r.delta_bias = a.delta_bias;
+  r.Cm = a.Cm;
+  r.ld_C = a.ld_C;
+  r.z = a.z;
+  r.ld_z = a.ld_z;
+  r.dy = a.dy;
+  r.ld_dy = a.ld_dy;
+  r.a_neg = a.a_neg;
+  r.dh_final = a.dh_final;
+  r.n_ckpt = pl.n_ckpt;
+  r.piece_chunks = a.piece_chunks;
+  r.carry = const_cast<float*>(a.piece_carry);
+  // 4 C values a load: the row start and stride keep every 4-element group aligned
+  r.vec_c = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Cm) % (4 * sizeof(T)) == 0 &&
+            a.ld_C % 4 == 0;
+  r.vec_state = s.ds % 4 == 0;
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name =
+      std::string("ckpt_piece_carry_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
+  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
+      block{unsigned(kRefillThreads)};
+  if (pl.K != 16 && pl.K != 8)
+    throw std::logic_error("launch_piece_carry: compiled for chunks of 8 and 16 steps");
+  const bool hw = e == scan::ExpMath::Hardware;
+  auto* k = pl.K == 16 ? (hw ? &ckpt_piece_carry_kernel<T, scan::ExpMath::Hardware, 16>
+                             : &ckpt_piece_carry_kernel<T, scan::ExpMath::Accurate, 16>)
+                       : (hw ? &ckpt_piece_carry_kernel<T, scan::ExpMath::Hardware, 8>
+                             : &ckpt_piece_carry_kernel<T, scan::ExpMath::Accurate, 8>);
+  launch(k, grid, block, 0, st, r);
+  MC_LAUNCH_CHECK(name.c_str());
 }
 
 // The refill of grouped checkpoints (refill_kernels.cuh): the states before chunks
@@ -310,10 +360,11 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
 }
 
 // Segments from the last to the first: each walks its chunks back from the carries the
-// later one left (`launch_segment` with a.c_lo, a.c_hi set), then its rows of dB/dC are
-// reduced before the next reuses the partials; then dA_log and dD over the samples. With
-// grouped checkpoints the segments go group by group, each group's chunk states refilled
-// into the workspace before its first (= last in time) segment.
+// later one left (`launch_segment(blocks)` with a.c_lo, a.c_hi set), then its rows of dB/dC
+// are reduced before the next reuses the partials; then dA_log and dD over the samples and
+// pieces. With grouped checkpoints the segments go group by group, each group's chunk states
+// refilled into the workspace before its first (= last in time) segment. With parallel
+// pieces: the carry pass, then one launch of pieces x the plan's blocks over every chunk.
 template <class T, class LaunchSegment>
 void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
                             const CkptSegments& sg, CkptBwdArgs<T>& a,
@@ -335,25 +386,34 @@ void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
   size_t off[7];
   ckpt_workspace_offsets(s, pl, sg, off);
   float* dense = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + off[5]);
-  const int64_t n_groups = (pl.n_ckpt + sg.span - 1) / sg.span;
-  for (int64_t grp = n_groups - 1; grp >= 0; --grp) {
-    const int64_t g_lo = grp * sg.span, g_hi = std::min<int64_t>(pl.n_ckpt, g_lo + sg.span);
-    if (sg.refill()) {
-      launch_refill(p, pl, sg, a, dense, g_lo, g_hi, st);
-      a.ckpt = dense;
-      a.ckpt_c0 = g_lo;
-      a.ckpt_slots = sg.group;
-    }
-    for (int64_t seg = (g_hi - g_lo + sg.chunks - 1) / sg.chunks - 1; seg >= 0; --seg) {
-      a.c_lo = g_lo + seg * sg.chunks;
-      a.c_hi = std::min<int64_t>(g_hi, a.c_lo + sg.chunks);
-      launch_segment();
-      pr.t0 = a.c_lo * pl.K;
-      pr.rows = std::min<int64_t>(s.T, a.c_hi * pl.K) - pr.t0;
-      reduce_bc(pr);
+  if (sg.parallel) {
+    launch_piece_carry(p, pl, a, st);
+    a.c_lo = 0;
+    a.c_hi = pl.n_ckpt;
+    launch_segment(pl.blocks * sg.pieces);
+    reduce_bc(pr);  // every row: sg.rows = T
+  } else {
+    const int64_t n_groups = (pl.n_ckpt + sg.span - 1) / sg.span;
+    for (int64_t grp = n_groups - 1; grp >= 0; --grp) {
+      const int64_t g_lo = grp * sg.span, g_hi = std::min<int64_t>(pl.n_ckpt, g_lo + sg.span);
+      if (sg.refill()) {
+        launch_refill(p, pl, sg, a, dense, g_lo, g_hi, st);
+        a.ckpt = dense;
+        a.ckpt_c0 = g_lo;
+        a.ckpt_slots = sg.group;
+      }
+      for_each_segment(sg, g_lo, g_hi, [&](int64_t c_lo, int64_t c_hi) {
+        a.c_lo = c_lo;
+        a.c_hi = c_hi;
+        launch_segment(pl.blocks);
+        pr.t0 = a.c_lo * pl.K;
+        pr.rows = std::min<int64_t>(s.T, a.c_hi * pl.K) - pr.t0;
+        reduce_bc(pr);
+      });
     }
   }
-  launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B, s.di, s.ds, st);
+  // dA_log and dD: the partials of every (sample, piece), in that order
+  launch_reduce_b(a.dAlog_part, a.dD_part, p.dA_log, p.dD, s.B * sg.pieces, s.di, s.ds, st);
 }
 
 template <class T, int S, int L, int K>
@@ -372,12 +432,20 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
-  const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
+  const dim3 block(unsigned(32 * pl.warps));
   auto* k = e == scan::ExpMath::Hardware ? &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K>
                                          : &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
+  if constexpr (S == 4 && L == 4) {  // the instances compiled for pieces (ckpt_piece_chunks)
+    if (sg.pieces > 1)
+      k = e == scan::ExpMath::Hardware
+              ? &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Hardware, K, true>
+              : &ckpt_bwd_kernel<T, S, L, scan::ExpMath::Accurate, K, true>;
+  } else if (sg.pieces > 1) {
+    throw std::logic_error("ckpt_backward_s: pieces on a plan compiled without them");
+  }
   set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-  ckpt_backward_segments(p, pl, sg, a, [&] {
-    launch(k, grid, block, smem, st, a, g);
+  ckpt_backward_segments(p, pl, sg, a, [&](int64_t blocks) {
+    launch(k, dim3(unsigned(blocks)), block, smem, st, a, g);
     MC_LAUNCH_CHECK(name.c_str());
   }, st);
 }
@@ -396,12 +464,12 @@ void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("tile_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(DT) + "," + to_string(e) + ">";
-  const dim3 grid{unsigned(pl.blocks)}, block{unsigned(kTileThreads)};
+  const dim3 block{unsigned(kTileThreads)};
   auto* k = e == scan::ExpMath::Hardware ? &tile_bwd_kernel<T, DT, scan::ExpMath::Hardware>
                                          : &tile_bwd_kernel<T, DT, scan::ExpMath::Accurate>;
   set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-  ckpt_backward_segments(p, pl, sg, a, [&] {
-    launch(k, grid, block, smem, st, a, g);
+  ckpt_backward_segments(p, pl, sg, a, [&](int64_t blocks) {
+    launch(k, dim3(unsigned(blocks)), block, smem, st, a, g);
     MC_LAUNCH_CHECK(name.c_str());
   }, st);
 }
@@ -419,12 +487,12 @@ void whole_backward(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name =
       std::string("whole_bwd_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
-  const dim3 grid{unsigned(pl.blocks)}, block{unsigned(kWholeThreads)};
+  const dim3 block{unsigned(kWholeThreads)};
   auto* k = e == scan::ExpMath::Hardware ? &whole_bwd_kernel<T, scan::ExpMath::Hardware, K>
                                          : &whole_bwd_kernel<T, scan::ExpMath::Accurate, K>;
   set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-  ckpt_backward_segments(p, pl, sg, a, [&] {
-    launch(k, grid, block, smem, st, a, g);
+  ckpt_backward_segments(p, pl, sg, a, [&](int64_t blocks) {
+    launch(k, dim3(unsigned(blocks)), block, smem, st, a, g);
     MC_LAUNCH_CHECK(name.c_str());
   }, st);
 }

@@ -114,6 +114,9 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
     if (backward) {
       g.segments = sg.count;
       g.segment_chunks = sg.chunks;
+      g.pieces = sg.pieces;
+      g.piece_chunks = sg.piece_chunks;
+      g.parallel_pieces = sg.parallel;
       g.refills = sg.refill() ? (pl.n_ckpt + sg.group - 1) / sg.group : 0;
     }
   } else {
@@ -160,6 +163,15 @@ Traffic backward_traffic(const Shape& s, Route r, int e, int64_t checkpoint_grou
                             2 * 4 * double(s.B) * di * (ds + 1));
     // between segments the carries (dh, dAn, dal, dD) are written and read once each
     t.route_bytes += size_t(sg.count - 1) * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(3 * s.ds + 1);
+    // pieces: one dA_log / dD partial per piece; in parallel, the carry pass reads δ, dy and
+    // C of every chunk but the first piece's, and writes (then the walk reads) its carries
+    t.route_bytes += size_t(sg.pieces - 1) * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(s.ds + 1);
+    if (sg.parallel) {
+      const double later = double(pl.n_ckpt - sg.piece_chunks) / double(pl.n_ckpt);
+      t.route_bytes += size_t(later * BT * (2 * di + ds) * e) +
+                       size_t(sg.pieces - 1) * 2 * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(s.ds);
+      t.exps += later * BT * di * ds;
+    }
     t.exps += 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
   } else {
     t.route_bytes +=
@@ -317,6 +329,22 @@ int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
   return (pl.n_ckpt + g - 1) / g;
 }
 
+// The backward's pieces (scan.hpp, "Pieces of the backward"): where the one-channel
+// backward has blocks for less than half of the 3 · kPlanSMs slots (B 2, d_inner 1536 at
+// d_state 16: 96 blocks), its chunks are cut into about 3 · kPlanSMs / blocks pieces, which
+// one launch can walk at once. The lane plan at B 2 took 708 us against 958 us at B 8 (four
+// times the work; H200, docs/performance-notes.md, "2026-12-05, second session"): a block
+// alone on its SM is latency-bound. The d_state <= 16 one-channel plans only (lane groups and
+// whole-state, whose bits are compared); the tile plan and the wider plans keep one piece.
+// A pure function of the shape and the plan, like the plan itself.
+static int64_t ckpt_piece_chunks(const CkptPlan& pl) {
+  const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
+  const bool d16 = pl.whole || (pl.dt == 0 && pl.S == 4 && pl.lanes == 4);  // compiled for them
+  if (!d16 || pl.n_ckpt < 2 || 2 * pl.blocks > slots) return pl.n_ckpt;
+  const int64_t want = slots / pl.blocks;  // >= 2
+  return (pl.n_ckpt + want - 1) / want;
+}
+
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
                            int64_t checkpoint_group) {
   const size_t budget = partial_budget ? partial_budget : scan::kDefaultPartialBudget;
@@ -327,10 +355,20 @@ CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t part
   sg.n_saved = ckpt_saved_per_sample(pl, checkpoint_group);
   sg.group = std::min<int64_t>(checkpoint_group, pl.n_ckpt);
   sg.span = sg.refill() ? sg.group : pl.n_ckpt;
-  sg.chunks = std::max<int64_t>(1, std::min<int64_t>(sg.span, int64_t(budget / chunk_bytes)));
-  // whole groups of span chunks, then the last (partial) group
-  const int64_t full = pl.n_ckpt / sg.span, tail = pl.n_ckpt - full * sg.span;
-  sg.count = full * ((sg.span + sg.chunks - 1) / sg.chunks) + (tail + sg.chunks - 1) / sg.chunks;
+  sg.piece_chunks = ckpt_piece_chunks(pl);
+  sg.pieces = (pl.n_ckpt + sg.piece_chunks - 1) / sg.piece_chunks;
+  const int64_t fit = int64_t(budget / chunk_bytes);  // chunks whose partials fit the budget
+  sg.parallel = sg.pieces > 1 && !sg.refill() && fit >= pl.n_ckpt;
+  if (sg.parallel) {
+    sg.chunks = pl.n_ckpt;
+    sg.count = 1;
+  } else {
+    sg.chunks = std::max<int64_t>(1, std::min<int64_t>(std::min(sg.span, sg.piece_chunks), fit));
+    sg.count = 0;
+    for (int64_t g_lo = 0; g_lo < pl.n_ckpt; g_lo += sg.span)
+      for_each_segment(sg, g_lo, std::min<int64_t>(pl.n_ckpt, g_lo + sg.span),
+                       [&](int64_t, int64_t) { ++sg.count; });
+  }
   sg.rows = std::min<int64_t>(s.T, sg.chunks * pl.K);
   return sg;
 }
@@ -342,12 +380,16 @@ void ckpt_workspace_offsets(const scan::Shape& s, const CkptPlan& pl, const Ckpt
       size_t(s.B) * size_t(sg.rows) * size_t(pl.nblk_d) * size_t(s.ds) * sizeof(float);
   const size_t states = size_t(s.B) * size_t(s.di) * size_t(s.ds) * sizeof(float);
   const size_t chans = size_t(s.B) * size_t(s.di) * sizeof(float);
+  const size_t pieces = size_t(sg.pieces);
   off[0] = 0;
   off[1] = align(off[0] + part);
   off[2] = align(off[1] + part);
-  off[3] = align(off[2] + states);
-  off[4] = align(off[3] + chans);
-  off[5] = off[4] + (sg.count > 1 ? align(3 * states + chans) : 0);  // carry: dh, dAn, dal, dD
+  off[3] = align(off[2] + pieces * states);
+  off[4] = align(off[3] + pieces * chans);
+  // carry: dh, dAn, dal, dD between launches; the carry pass's (dh, dAn) per piece
+  const size_t carry = sg.parallel ? 2 * (pieces - 1) * states
+                                   : (sg.count > 1 ? 3 * states + chans : 0);
+  off[5] = off[4] + (carry ? align(carry) : 0);
   off[6] = off[5] + (sg.refill() ? align(size_t(sg.group) * states) : 0);  // a group's states
 }
 

@@ -200,6 +200,25 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
   return b;
 }
 
+// ---- pieces of the backward (Checkpointed route) -------------------------------------
+// The backward walks each (b, d, n) back over all T, so it has B·d_inner/channels-per-block
+// blocks, whatever T. Where that is less than half of 3 x 132 (the blocks three to an SM of
+// an H100/H200 hold: B 2, d_inner 1536 gives 96 at d_state 16) on the d_state <= 16
+// one-channel plan (either layout; the other plans keep one piece), the walk is cut into
+// `pieces` of whole chunks (about 396 / blocks of them; Geometry::pieces, piece_chunks), and
+// one launch walks every piece at once. A piece's walk needs the adjoint state at its end
+// (dh, and the decay of the step after it): a carry pass computes those first from the
+// adjoint recurrence alone (dh_t = exp(δ_{t+1}·A)·dh_{t+1} + dy_t·C_t, no state h, about a
+// tenth of the backward's work), with the walk's own arithmetic, so every output that
+// depends on them (dδ, du, dz, dB, dC, dh0) has the bits of one walk over all T. dA_log and
+// dD, which sum over t, are summed per piece and then over the samples and pieces in a fixed
+// order. The pieces are a pure function of the shape and the plan (one piece at B 8,
+// d_inner 1536; one piece on the tile plan), and how they run does not change a bit: when the
+// dB/dC partials of all T do not fit partial_budget, or with grouped checkpoints, the pieces
+// are walked one after the other in segments that never cross a piece's edge
+// (test_scan_parity.cpp compares one launch with segments of 1 and 2 chunks, grouped
+// checkpoints and the other layout on every test shape, all of which have pieces).
+
 // ---- grouped checkpoints (Checkpointed route) --------------------------------------
 // With checkpoint_group G = 1 (the default) the forward saves the state before every
 // chunk of `chunk` steps, [B, n_ckpt, di, ds] f32: at d_state 16 and 16-step chunks
@@ -224,8 +243,9 @@ size_t group_partial_budget(const Shape& s, Route r, int64_t checkpoint_group,
 // Floats the forward saves for the backward (checkpoints or h_saved).
 size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group = 1);
 // Bytes of backward workspace (partials of the fixed-order reductions; Checkpointed:
-// one segment's dB/dC partials under `partial_budget` (0 = the default), the carries
-// between segments, and with checkpoint_group G > 1 one group's chunk states).
+// one segment's dB/dC partials under `partial_budget` (0 = the default), or every row's
+// with parallel pieces, a dA_log / dD partial per piece, the carries between segments or
+// the carry pass's per piece, and with checkpoint_group G > 1 one group's chunk states).
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget = 0,
                            int channels_per_thread = 0, int64_t checkpoint_group = 1);
 
@@ -243,6 +263,9 @@ struct Geometry {
   int64_t reduce_groups = 0;   // backward: channel groups of the dB/dC partials
   int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
   int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment
+  int64_t pieces = 1;          // Checkpointed backward: pieces of the walk (see below)
+  int64_t piece_chunks = 0;    // Checkpointed backward: chunks per piece
+  bool parallel_pieces = false;  // Checkpointed backward: every piece in one launch
   int64_t checkpoint_group = 1;  // Checkpointed: chunks per saved state (clamped to n_ckpt)
   int64_t n_saved = 0;         // Checkpointed: saved states per sample = ceil(n_ckpt / group)
   int64_t refills = 0;         // Checkpointed backward: refill launches (groups, when group > 1)

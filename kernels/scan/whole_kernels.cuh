@@ -292,8 +292,9 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
   const int lane = int(threadIdx.x);
   const int x = (lane >> 1) & 3;  // this lane's group permutation
   const int vw = lane >> 3;       // virtual warp
-  const int64_t b = int64_t(blockIdx.x) / g.nblk_d;
-  const int64_t dblk = int64_t(blockIdx.x) - b * g.nblk_d;
+  const BwdPiece pw = bwd_piece(p, g.nblk_d, g.n_ckpt);
+  const int64_t b = pw.bid / g.nblk_d;
+  const int64_t dblk = pw.bid - b * g.nblk_d;
   const int64_t d0 = dblk * CB;
   const int cols_valid = int(p.di - d0 < CB ? p.di - d0 : CB);
   const bool dvalid = lane < cols_valid;
@@ -342,13 +343,15 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
   }
   const int64_t state_off = (b * p.di + d) * p.ds;
   const int64_t carry_plane = p.B * p.di * p.ds;
-  const bool first_seg = p.c_hi >= g.n_ckpt;
   float dD_acc = 0.f;
-  if (!first_seg) {
-    whole_load_groups(p.carry + state_off, g.vec_state, p.ds, x, dh);
-    whole_load_groups(p.carry + carry_plane + state_off, g.vec_state, p.ds, x, dAn);
-    whole_load_groups(p.carry + 2 * carry_plane + state_off, g.vec_state, p.ds, x, dal);
-    dD_acc = p.carry[3 * carry_plane + b * p.di + d];
+  if (!pw.last) {  // as ckpt_bwd_kernel: the carry pass's state, or a launch's
+    const float* cin = p.parallel_pieces ? p.piece_carry + 2 * pw.piece * carry_plane : p.carry;
+    whole_load_groups(cin + state_off, g.vec_state, p.ds, x, dh);
+    whole_load_groups(cin + carry_plane + state_off, g.vec_state, p.ds, x, dAn);
+    if (!pw.fresh) {
+      whole_load_groups(p.carry + 2 * carry_plane + state_off, g.vec_state, p.ds, x, dal);
+      dD_acc = p.carry[3 * carry_plane + b * p.di + d];
+    }
   } else if (p.dh_final) {
     whole_load_groups(p.dh_final + state_off, g.vec_state, p.ds, x, dh);
   } else {
@@ -381,9 +384,9 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
                   g.async_bc, bc_map);
     cp_async_commit();
   };
-  stage(p.c_hi - 1, int((p.c_hi - 1) & 1));
+  stage(pw.c_hi - 1, int((pw.c_hi - 1) & 1));
 
-  for (int64_t c = p.c_hi - 1; c >= p.c_lo; --c) {
+  for (int64_t c = pw.c_hi - 1; c >= pw.c_lo; --c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
@@ -392,7 +395,7 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
                       g.vec_state, p.ds, x, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; the warp is done with chunk c+1
-    if (c > p.c_lo) stage(c - 1, bf ^ 1);
+    if (c > pw.c_lo) stage(c - 1, bf ^ 1);
     // per-(t, d) scalars of this lane's channel (the lane plan's transform)
     for (int k = 0; k < K; ++k) {
       const int e = k * CB + lane;
@@ -553,27 +556,25 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
     }
   }
 
-  if (p.c_lo > 0) {  // more segments follow: hand the carries on
-    if (dvalid) {
-      whole_store_groups(p.carry + state_off, g.vec_state, p.ds, x, dh);
-      whole_store_groups(p.carry + carry_plane + state_off, g.vec_state, p.ds, x, dAn);
-      whole_store_groups(p.carry + 2 * carry_plane + state_off, g.vec_state, p.ds, x, dal);
-      p.carry[3 * carry_plane + b * p.di + d] = dD_acc;
-    }
-    return;
+  if (pw.c_lo > 0 && !p.parallel_pieces && dvalid) {  // more launches follow: the carries
+    whole_store_groups(p.carry + state_off, g.vec_state, p.ds, x, dh);
+    whole_store_groups(p.carry + carry_plane + state_off, g.vec_state, p.ds, x, dAn);
+    whole_store_groups(p.carry + 2 * carry_plane + state_off, g.vec_state, p.ds, x, dal);
+    p.carry[3 * carry_plane + b * p.di + d] = dD_acc;
   }
-  if (dvalid) {
+  if (pw.done && dvalid) {  // this piece's dA_log / dD partials, slot b·n_pieces + piece
+    const int64_t slot = b * p.n_pieces + pw.piece;
     float out[DP];
     whole_load_groups(p.a_neg + d * p.ds, g.vec_state, p.ds, x, out);
 #pragma unroll
     for (int s = 0; s < DP; ++s) out[s] *= dal[s];  // dA_log = A·Σ δ·dh·P
-    whole_store_groups(p.dAlog_part + state_off, g.vec_state, p.ds, x, out);
-    if (p.dh0) {
+    whole_store_groups(p.dAlog_part + (slot * p.di + d) * p.ds, g.vec_state, p.ds, x, out);
+    if (p.dh0 && pw.c_lo == 0) {
 #pragma unroll
       for (int s = 0; s < DP; ++s) out[s] = dAn[s] * dh[s];
       whole_store_groups(p.dh0 + state_off, g.vec_state, p.ds, x, out);
     }
-    p.dD_part[b * p.di + d] = dD_acc;
+    p.dD_part[slot * p.di + d] = dD_acc;
   }
 }
 

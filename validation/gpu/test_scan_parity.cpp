@@ -612,19 +612,30 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
 
   // Checkpointed: the backward in segments of 1 and of 2 chunks (partial budgets of that
   // many chunks' dB/dC partials) carries the walk's state and the dA_log and dD sums from
-  // launch to launch: bitwise the same outputs as one launch.
+  // launch to launch: bitwise the same outputs as one launch. Where the shape has pieces
+  // (scan.hpp, "Pieces of the backward"; every test shape at d_state <= 16 with more than
+  // one chunk, one channel a thread: their grids are small), the one launch walks the pieces in parallel from the carry pass's
+  // states and the segments walk them one after the other: the same bytes too.
   if (run.route == Route::Checkpointed) {
     const scan::Geometry g1 = scan::geometry(sh, run.route, true, 0, run.cpt);
     const size_t chunk_bytes =
         2 * size_t(c.B) * size_t(g1.chunk) * size_t(g1.reduce_groups) * size_t(c.ds) * 4;
     EXPECT_EQ(g1.segments, 1) << label << ": the default budget splits a test shape";
+    EXPECT_EQ(g1.parallel_pieces, g1.pieces > 1) << label;
     for (int64_t chunks : {int64_t(1), int64_t(2)}) {
       if (chunks >= g1.n_ckpt) continue;
       const std::string sl = label + " in segments of " + std::to_string(chunks) + " chunks";
       const size_t budget = size_t(chunks) * chunk_bytes;
       const scan::Geometry gs = scan::geometry(sh, run.route, true, budget, run.cpt);
-      EXPECT_EQ(gs.segment_chunks, chunks) << sl;
-      EXPECT_EQ(gs.segments, (g1.n_ckpt + chunks - 1) / chunks) << sl;
+      // segments never cross a piece's edge: ceil(piece / per) for each piece
+      const int64_t per = std::min(chunks, gs.piece_chunks);
+      const int64_t last = gs.n_ckpt - (gs.pieces - 1) * gs.piece_chunks;
+      EXPECT_EQ(gs.pieces, g1.pieces) << sl;
+      EXPECT_FALSE(gs.parallel_pieces) << sl;
+      EXPECT_EQ(gs.segment_chunks, per) << sl;
+      EXPECT_EQ(gs.segments, (gs.pieces - 1) * ((gs.piece_chunks + per - 1) / per) +
+                                 (last + per - 1) / per)
+          << sl;
       expect_same_rerun(sl, b, budget, nullptr);
     }
     // Layout twin of the backward (d_state <= 16, one channel a thread): the other thread
@@ -1438,7 +1449,12 @@ TEST(ScanContract, TrafficModel) {
             4 * 3 * size_t(g.n_ckpt) * di * ds);
   const scan::Traffic b4 = scan::backward_traffic(s, Route::Checkpointed, 4);
   EXPECT_EQ(b4.min_bytes, 5 * BT * di * 4 + 2 * BT * ds * 4 + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
-  EXPECT_EQ(b4.exps, 2.0 * BT * di * ds);
+  // two recurrences (the chunk's states, then dA walking back), and the carry pass of the
+  // parallel pieces (3 blocks: 7 pieces of one chunk) over all chunks but the first piece's
+  const scan::Geometry gb = scan::geometry(s, Route::Checkpointed, true);
+  ASSERT_TRUE(gb.parallel_pieces);
+  EXPECT_DOUBLE_EQ(b4.exps, (2.0 + double(gb.n_ckpt - gb.piece_chunks) / double(gb.n_ckpt)) *
+                                double(BT * di * ds));
   EXPECT_GT(b4.route_bytes, 4 * 3 * size_t(g.n_ckpt) * di * ds);
   EXPECT_GE(scan::bwd_workspace_bytes(s, Route::Checkpointed),
             2 * BT * size_t(scan::geometry(s, Route::Checkpointed, true).reduce_groups) * ds * 4);
@@ -1470,6 +1486,78 @@ TEST(ScanContract, BackwardSegments) {
   EXPECT_EQ(one.segments, one.n_ckpt);
   EXPECT_LT(scan::bwd_workspace_bytes(head, Route::Checkpointed, 1),
             scan::bwd_workspace_bytes(head, Route::Checkpointed));
+}
+
+// Pieces of the backward (scan.hpp): a pure function of the shape. Where the one-channel
+// backward at d_state <= 16 has blocks for less than half of the 3 x 132 slots, its chunks are cut into
+// about 396 / blocks pieces, walked in parallel in one launch after the carry pass when
+// all their partials fit the budget, one after the other otherwise; the workspace holds a
+// dA_log / dD partial per piece and, in parallel, the carry pass's states. The bits do not
+// depend on how the pieces run: run_gpu compares one launch with segments of 1 and 2
+// chunks, the grouped backward and the other layout on every test shape, all with pieces.
+TEST(ScanContract, BackwardPieces) {
+  const size_t plane = size_t(1536) * 16 * 4;  // one sample's states, bytes
+  {  // B 8, d_inner 1536: 384 blocks, one wave: one piece, as before
+    const scan::Geometry g = scan::geometry(scan::Shape{8, 2048, 1536, 16}, Route::Checkpointed, true);
+    EXPECT_EQ(g.pieces, 1);
+    EXPECT_EQ(g.piece_chunks, g.n_ckpt);
+    EXPECT_FALSE(g.parallel_pieces);
+  }
+  const scan::Shape b2{2, 2048, 1536, 16}, b1{1, 2048, 1536, 16};
+  {  // B 2: 96 blocks -> 4 pieces of 32 chunks, one launch of 384 blocks
+    const scan::Geometry g = scan::geometry(b2, Route::Checkpointed, true);
+    EXPECT_EQ(g.blocks, 96);
+    EXPECT_EQ(g.pieces, 4);
+    EXPECT_EQ(g.piece_chunks, 32);
+    EXPECT_TRUE(g.parallel_pieces);
+    EXPECT_EQ(g.segments, 1);
+    // the partials of every piece's rows, a dA_log / dD partial per piece, 3 pieces' carries
+    const size_t ws = scan::bwd_workspace_bytes(b2, Route::Checkpointed);
+    const size_t rows = 2 * size_t(2) * 2048 * size_t(g.reduce_groups) * 16 * 4;
+    EXPECT_GE(ws, rows + 2 * 4 * plane + 2 * 3 * 2 * plane);
+    EXPECT_LE(ws, rows + 2 * 4 * plane + 2 * 3 * 2 * plane + 2 * 4 * 1536 * 4 + 6 * 256);
+    // the carry pass in the traffic model: one more recurrence over 3 of the 4 pieces
+    EXPECT_DOUBLE_EQ(scan::backward_traffic(b2, Route::Checkpointed, 4).exps,
+                     (2.0 + 0.75) * 2 * 2048 * 1536 * 16);
+  }
+  {  // B 1: 48 blocks -> 8 pieces of 16 chunks
+    const scan::Geometry g = scan::geometry(b1, Route::Checkpointed, true);
+    EXPECT_EQ(g.pieces, 8);
+    EXPECT_EQ(g.piece_chunks, 16);
+  }
+  {  // a budget of one chunk: the same pieces, one after the other, one chunk a launch
+    const scan::Geometry g = scan::geometry(b2, Route::Checkpointed, true, 1);
+    EXPECT_EQ(g.pieces, 4);
+    EXPECT_FALSE(g.parallel_pieces);
+    EXPECT_EQ(g.segments, g.n_ckpt);
+  }
+  {  // grouped checkpoints: the same pieces, walked group by group; segments cut at both edges
+    const scan::Geometry g = scan::geometry(b2, Route::Checkpointed, true, 0, 0, 24);
+    EXPECT_EQ(g.pieces, 4);
+    EXPECT_FALSE(g.parallel_pieces);
+    // group edges 24, 48, 72, 96, 120 and piece edges 32, 64, 96 cut the 128 chunks into
+    // [0,24) [24,32) [32,48) [48,64) [64,72) [72,96) [96,120) [120,128)
+    EXPECT_EQ(g.segments, 8);
+  }
+  {  // the tile plan keeps one piece; so does a one-chunk sequence
+    const scan::Geometry t = scan::geometry(b2, Route::Checkpointed, true, 0, 4);
+    EXPECT_EQ(t.pieces, 1);
+    const scan::Geometry one = scan::geometry(scan::Shape{1, 16, 17, 16}, Route::Checkpointed, true);
+    EXPECT_EQ(one.n_ckpt, 1);
+    EXPECT_EQ(one.pieces, 1);
+  }
+  {  // the layouts have the same pieces (their bits are compared)
+    const scan::Geometry w = scan::geometry(b2, Route::Checkpointed, true, 0, 0, 1,
+                                            scan::FwdLayout::WholeState);
+    EXPECT_EQ(w.pieces, 4);
+    EXPECT_EQ(w.piece_chunks, 32);
+  }
+  {  // the plans above d_state 16 keep one piece (compiled without them): d_state 256 at
+     // B 1, d_inner 64 has 16 blocks
+    const scan::Geometry g = scan::geometry(scan::Shape{1, 1024, 64, 256}, Route::Checkpointed, true);
+    EXPECT_EQ(g.blocks, 16);
+    EXPECT_EQ(g.pieces, 1);
+  }
 }
 
 // Grouped checkpoints (scan.hpp): the saved states shrink G-fold, the backward walks one
