@@ -612,6 +612,14 @@ void set_counters(benchmark::State& st, const ScanBench& g, const ScanCase& c, d
   st.counters["floor_us"] = Counter(floor_s * 1e6);
   st.counters["x_floor"] = Counter(floor_s > 0 ? t / floor_s : 0);
   st.counters["scan_mem_bytes"] = Counter(double(case_scan_bytes(c, g.B, g.di)));
+  if (c.run.route == scan::Route::Checkpointed && has_bwd(c.op)) {
+    // the backward's pieces (scan.hpp): > 1 where its grid alone would leave SMs idle
+    const scan::Geometry bg =
+        scan::geometry(scan::Shape{g.B, c.T, g.di, c.ds}, c.run.route, true, g_partial_budget,
+                       c.run.cpt, c.run.group, c.run.layout);
+    st.counters["bwd_pieces"] = Counter(double(bg.pieces));
+    st.counters["bwd_launches"] = Counter(double(bg.segments));
+  }
   st.counters["total_alloc_bytes"] = Counter(double(case_alloc_bytes(c, g.B, g.di)));
   if (c.run.route != scan::Route::Chunked) {
     auto it = g.seconds.find(case_key(c.op, c.dtype, "chunked", c.T, c.ds));

@@ -24,6 +24,9 @@
 #             (default .peer: a copy of the peer's source with its build.py), timed by
 #             bench/peer_scan.py on the same cases -> peer_scan.json
 #   peerbuild only start that build in the background (the peer phase waits for it)
+#   smallbatch bench_scan at B $SMALL_B (default 1 2 4), T 2048 and 8192, d_state 16
+#             (SMALL_CASES), checkpointed-hw, f32 and bf16 -> bench_scan_b<B>.json, and the
+#             peer on the same cases when its module is built -> peer_scan_b<B>.json
 #   ncu       Nsight Compute (--clock-control none) on the checkpointed scan kernels at
 #             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
 #   ncutile   Nsight Compute on the d_state <= 16 tile kernels at T 2048 (B 8, d_inner 1536):
@@ -94,6 +97,21 @@ for p in "${phases[@]}"; do
         --out "$out/peer_scan.json" ;;
     scanbench)
       run_phase bench_scan "$build/bench/bench_scan" --json="$out/bench_scan.json" ${SCAN_ARGS:-} ;;
+    smallbatch)
+      # the scan at small batches (the backward's pieces, scan.hpp), ours then the peer's when
+      # its module is built (peerbuild/peer): B in $SMALL_B (default 1 2 4), d_inner 1536
+      so=""
+      if [ -n "$peer_build_pid" ]; then wait "$peer_build_pid"; fi
+      so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
+      for bb in ${SMALL_B:-1 2 4}; do
+        run_phase "bench_scan_b$bb" "$build/bench/bench_scan" --json="$out/bench_scan_b$bb.json" \
+          --batch=$bb --cases=${SMALL_CASES:-2048:16,8192:16} --routes=checkpointed-hw --dtypes=f32,bf16
+        if [ -n "$so" ]; then
+          run_phase "peer_scan_b$bb" env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_scan.py" \
+            --module "$so" --batch $bb --cases ${SMALL_CASES:-2048:16,8192:16} \
+            --out "$out/peer_scan_b$bb.json"
+        fi
+      done ;;
     ncutile)
       for op in fwd bwd; do for dt in f32 bf16; do
         run_phase "ncu_tile_${op}_${dt}" ncu --clock-control none --kernel-name "regex:tile_${op}_kernel" \
