@@ -45,11 +45,11 @@ CkptPlan ckpt_plan(const scan::Shape& s, bool backward, int channels_per_thread 
 // backward's plan of the shape.
 // With grouped checkpoints (scan.hpp) the chunks are walked in groups of `group`; a
 // segment never crosses a group's edge, so each group holds ceil(group / chunks) of them.
-// Pieces (scan.hpp, "Pieces of the backward"): the chunks are also cut into n_pieces pieces of
-// piece_chunks (a pure function of the shape, ckpt_pieces); each piece sums its own dA_log and
-// dD. Segments never cross a piece's edge either. When every piece's partial rows fit the
-// budget at once and there are no groups, one launch walks all pieces in parallel
-// (`parallel`, after the carry pass of piece_kernels.cuh); either way the same bits.
+// Pieces (scan.hpp, "Pieces of the backward"): the chunks are also cut into `pieces` pieces
+// of piece_chunks (a pure function of the plan: host.cu, ckpt_piece_chunks); each piece sums
+// its own dA_log and dD. Segments never cross a piece's edge either. When every piece's
+// partial rows fit the budget at once and there are no groups, one launch walks all pieces in
+// parallel (`parallel`, after the carry pass of piece_kernels.cuh); either way the same bits.
 struct CkptSegments {
   int64_t chunks = 1;    // checkpoint chunks per segment (the last of a group may have fewer)
   int64_t count = 1;     // launches of the walk in all (1 with parallel pieces)

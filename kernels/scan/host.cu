@@ -169,7 +169,8 @@ Traffic backward_traffic(const Shape& s, Route r, int e, int64_t checkpoint_grou
     if (sg.parallel) {
       const double later = double(pl.n_ckpt - sg.piece_chunks) / double(pl.n_ckpt);
       t.route_bytes += size_t(later * BT * (2 * di + ds) * e) +
-                       size_t(sg.pieces - 1) * 2 * 2 * 4 * size_t(s.B) * size_t(s.di) * size_t(s.ds);
+                       size_t(sg.pieces - 1) * 2 * 2 * 4 * size_t(s.B) * size_t(s.di) *
+                           size_t(s.ds);
       t.exps += later * BT * di * ds;
     }
     t.exps += 2 * BT * di * ds;  // the chunk's states recomputed, then dA again walking back
