@@ -268,6 +268,52 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   return a;
 }
 
+// The per-state passes (one thread per (b, d, 4 states), kRefillThreads a block, compiled
+// for chunks of 16 and 8 steps and both exponentials): the refill and the carry pass.
+struct RefillPass {
+  static constexpr const char* kName = "ckpt_refill_kernel";
+  template <class T, scan::ExpMath E, int K>
+  static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
+};
+struct PieceCarryPass {
+  static constexpr const char* kName = "ckpt_piece_carry_kernel";
+  template <class T, scan::ExpMath E, int K>
+  static auto kernel() { return &ckpt_piece_carry_kernel<T, E, K>; }
+};
+// The pass's instance for the plan's chunk K and exponential e, launched over
+// B · refill_blocks_per_sample(di, ds) blocks.
+template <class Pass, class T, class Args>
+void launch_state_pass(const scan::Shape& s, int K, scan::ExpMath e, const Args& r,
+                       cudaStream_t st) {
+  const std::string name =
+      std::string(Pass::kName) + "<" + dtype_name<T>() + "," + to_string(e) + ">";
+  if (K != 16 && K != 8)
+    throw std::logic_error(name + ": compiled for chunks of 8 and 16 steps, not " +
+                           std::to_string(K));
+  constexpr scan::ExpMath H = scan::ExpMath::Hardware, A = scan::ExpMath::Accurate;
+  const bool hw = e == H;
+  auto* k = K == 16 ? (hw ? Pass::template kernel<T, H, 16>() : Pass::template kernel<T, A, 16>())
+                    : (hw ? Pass::template kernel<T, H, 8>() : Pass::template kernel<T, A, 8>());
+  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
+      block{unsigned(kRefillThreads)};
+  launch(k, grid, block, 0, st, r);
+  MC_LAUNCH_CHECK(name.c_str());
+}
+
+// The shape and δ of a per-state pass, as the backward's arguments hold them.
+template <class T>
+StatePassHead<T> state_pass_head(const scan::Shape& s, const CkptBwdArgs<T>& a) {
+  StatePassHead<T> h;
+  h.B = s.B;
+  h.T = s.T;
+  h.di = s.di;
+  h.ds = s.ds;
+  h.delta = a.delta;
+  h.ld_delta = a.ld_delta;
+  h.delta_bias = a.delta_bias;
+  return h;
+}
+
 // The carry pass of parallel pieces (piece_kernels.cuh): the walk's (dh, dAn) entering
 // every piece but the last, into a.piece_carry.
 template <class T>
@@ -275,13 +321,7 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
                         const CkptBwdArgs<T>& a, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   CkptPieceCarryArgs<T> r;
-  r.B = s.B;
-  r.T = s.T;
-  r.di = s.di;
-  r.ds = s.ds;
-  r.delta = a.delta;
-  r.ld_delta = a.ld_delta;
-  r.delta_bias = a.delta_bias;
+  static_cast<StatePassHead<T>&>(r) = state_pass_head(s, a);
   r.Cm = a.Cm;
   r.ld_C = a.ld_C;
   r.z = a.z;
@@ -297,20 +337,7 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
   r.vec_c = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Cm) % (4 * sizeof(T)) == 0 &&
             a.ld_C % 4 == 0;
   r.vec_state = s.ds % 4 == 0;
-  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
-  const std::string name =
-      std::string("ckpt_piece_carry_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
-  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
-      block{unsigned(kRefillThreads)};
-  if (pl.K != 16 && pl.K != 8)
-    throw std::logic_error("launch_piece_carry: compiled for chunks of 8 and 16 steps");
-  const bool hw = e == scan::ExpMath::Hardware;
-  auto* k = pl.K == 16 ? (hw ? &ckpt_piece_carry_kernel<T, scan::ExpMath::Hardware, 16>
-                             : &ckpt_piece_carry_kernel<T, scan::ExpMath::Accurate, 16>)
-                       : (hw ? &ckpt_piece_carry_kernel<T, scan::ExpMath::Hardware, 8>
-                             : &ckpt_piece_carry_kernel<T, scan::ExpMath::Accurate, 8>);
-  launch(k, grid, block, 0, st, r);
-  MC_LAUNCH_CHECK(name.c_str());
+  launch_state_pass<PieceCarryPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 
 // The refill of grouped checkpoints (refill_kernels.cuh): the states before chunks
@@ -321,13 +348,7 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
                    cudaStream_t st) {
   const scan::Shape& s = p.shape;
   CkptRefillArgs<T> r;
-  r.B = s.B;
-  r.T = s.T;
-  r.di = s.di;
-  r.ds = s.ds;
-  r.delta = a.delta;
-  r.ld_delta = a.ld_delta;
-  r.delta_bias = a.delta_bias;
+  static_cast<StatePassHead<T>&>(r) = state_pass_head(s, a);
   r.u = a.u;
   r.ld_u = a.ld_u;
   r.Bm = a.Bm;
@@ -343,20 +364,7 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
   r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
             a.ld_B % 4 == 0;
   r.vec_state = s.ds % 4 == 0;
-  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
-  const std::string name =
-      std::string("ckpt_refill_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
-  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
-      block{unsigned(kRefillThreads)};
-  if (pl.K != 16 && pl.K != 8)
-    throw std::logic_error("launch_refill: the refill is compiled for chunks of 8 and 16 steps");
-  const bool hw = e == scan::ExpMath::Hardware;
-  auto* k = pl.K == 16 ? (hw ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware, 16>
-                             : &ckpt_refill_kernel<T, scan::ExpMath::Accurate, 16>)
-                       : (hw ? &ckpt_refill_kernel<T, scan::ExpMath::Hardware, 8>
-                             : &ckpt_refill_kernel<T, scan::ExpMath::Accurate, 8>);
-  launch(k, grid, block, 0, st, r);
-  MC_LAUNCH_CHECK(name.c_str());
+  launch_state_pass<RefillPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 
 // Segments from the last to the first: each walks its chunks back from the carries the

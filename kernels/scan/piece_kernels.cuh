@@ -26,11 +26,7 @@ namespace mc::kern::scan_detail {
 constexpr int kCarryBatch = 8;
 
 template <class V>  // V: the storage type
-struct CkptPieceCarryArgs {
-  int64_t B, T, di, ds;
-  const V* delta;               // [B*T, ld_delta]: Δ, or Δraw with delta_bias
-  int64_t ld_delta;
-  const float* delta_bias;      // [di] or null
+struct CkptPieceCarryArgs : StatePassHead<V> {
   const V* Cm;                  // [B*T, ld_C]
   int64_t ld_C;
   const V* z;                   // [B*T, ld_z] or null
@@ -50,6 +46,7 @@ struct CkptPieceCarryArgs {
 // c = p·piece_chunks (p >= 1) it writes carry[p - 1] = (dh, dAn).
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
+  // the refill's thread layout (refill_kernels.cuh), spelled out as there: (b, d, n0)
   const int64_t Q = (p.ds + 3) / 4;
   const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
   const int64_t b = int64_t(blockIdx.x) / nb;

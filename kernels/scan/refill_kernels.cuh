@@ -24,12 +24,18 @@ namespace mc::kern::scan_detail {
 
 constexpr int kRefillThreads = 128;
 
-template <class V>  // V: the storage type
-struct CkptRefillArgs {
+// The inputs every per-state pass reads first (this refill, and the backward's carry pass
+// of piece_kernels.cuh): the shape and δ. V: the storage type.
+template <class V>
+struct StatePassHead {
   int64_t B, T, di, ds;
   const V* delta;                     // [B*T, ld_delta]: Δ, or Δraw with delta_bias
   int64_t ld_delta;
   const float* delta_bias;            // [di] or null
+};
+
+template <class V>
+struct CkptRefillArgs : StatePassHead<V> {
   const V* u;                         // [B*T, ld_u]
   int64_t ld_u;
   const V* Bm;                        // [B*T, ld_B]
