@@ -77,13 +77,15 @@ bool has_bwd(Op o) { return o != Op::Fwd; }
 // own choice otherwise), and save one state per group of N chunks with ":gN" (scan.hpp,
 // grouped checkpoints; N >= 2), e.g. "checkpointed-hw:cpt1:g64"; ":lanes" / ":whole" force
 // the forward's thread layout at d_state <= 16 (scan::FwdLayout: a channel's states over 4
-// lanes, or all in one thread; the same bits).
+// lanes, or all in one thread; the same bits); ":pN" forces the backward's pieces (scan.hpp,
+// "Pieces of the backward"; :p1 = one walk over all T, the A/B against the plan's pieces).
 struct Run {
   scan::Route route;
   scan::ExpMath exp;
   int cpt = 0;
   int64_t group = 1;  // chunks per saved state
   scan::FwdLayout layout = scan::FwdLayout::Auto;
+  int64_t pieces = 0;  // the backward's pieces (0 = the plan's choice)
 };
 std::string run_name(const Run& r) {
   if (r.route != scan::Route::Checkpointed) return to_string(r.route);
@@ -92,13 +94,18 @@ std::string run_name(const Run& r) {
          (r.layout == scan::FwdLayout::LaneGroups
               ? ":lanes"
               : (r.layout == scan::FwdLayout::WholeState ? ":whole" : "")) +
-         (r.group != 1 ? ":g" + std::to_string(r.group) : "");
+         (r.group != 1 ? ":g" + std::to_string(r.group) : "") +
+         (r.pieces ? ":p" + std::to_string(r.pieces) : "");
 }
 Run parse_run(const std::string& spec) {
   std::string s = spec;
   int cpt = 0;
-  int64_t group = 1;
+  int64_t group = 1, pieces = 0;
   scan::FwdLayout layout = scan::FwdLayout::Auto;
+  auto number_after = [](const std::string& v, char c) {  // "cN" with N decimal
+    return v.size() > 1 && v.size() < 10 && v[0] == c &&
+           v.find_first_not_of("0123456789", 1) == std::string::npos;
+  };
   for (size_t colon = s.rfind(':'); colon != std::string::npos; colon = s.rfind(':')) {
     const std::string v = s.substr(colon + 1);
     if (v == "lanes" || v == "whole") {
@@ -107,14 +114,17 @@ Run parse_run(const std::string& spec) {
       if (v != "cpt1" && v != "cpt2" && v != "cpt3" && v != "cpt4")
         throw ConfigError("routes: '" + spec + "': the channels per thread suffix is :cpt1 .. :cpt4");
       cpt = std::stoi(v.substr(3));
-    } else if (v.size() > 1 && v[0] == 'g' &&
-               v.find_first_not_of("0123456789", 1) == std::string::npos && v.size() < 10) {
+    } else if (number_after(v, 'g')) {
       group = std::stoll(v.substr(1));
       if (group < 2)
         throw ConfigError("routes: '" + spec + "': the checkpoint group suffix is :gN, N >= 2");
+    } else if (number_after(v, 'p')) {
+      pieces = std::stoll(v.substr(1));
+      if (pieces < 1)
+        throw ConfigError("routes: '" + spec + "': the backward's pieces suffix is :pN, N >= 1");
     } else {
       throw ConfigError("routes: '" + spec + "': suffix ':" + v +
-                        "' is not :cpt1..:cpt4, :lanes, :whole or :gN");
+                        "' is not :cpt1..:cpt4, :lanes, :whole, :gN or :pN");
     }
     s = s.substr(0, colon);
   }
@@ -126,16 +136,17 @@ Run parse_run(const std::string& spec) {
   else
     throw ConfigError("routes: '" + spec +
                       "' is not one of checkpointed-hw|checkpointed-acc|chunked|sequential");
-  if ((cpt || group != 1 || layout != scan::FwdLayout::Auto) &&
+  if ((cpt || group != 1 || pieces || layout != scan::FwdLayout::Auto) &&
       r.route != scan::Route::Checkpointed)
     throw ConfigError("routes: '" + spec +
-                      "': :cpt, :lanes, :whole and :g apply to the checkpointed routes");
+                      "': :cpt, :lanes, :whole, :g and :p apply to the checkpointed routes");
   if (layout == scan::FwdLayout::WholeState && cpt > 1)
     throw ConfigError("routes: '" + spec + "': :whole is one channel a thread, not :cpt" +
                       std::to_string(cpt));
   r.cpt = cpt;
   r.group = group;
   r.layout = layout;
+  r.pieces = pieces;
   return r;
 }
 
@@ -225,7 +236,7 @@ size_t case_scan_bytes(const ScanCase& c, int64_t B, int64_t di) {
   const scan::Shape s{B, c.T, di, c.ds};
   return 4 * scan::saved_floats(s, c.run.route, c.run.group) +
          (has_bwd(c.op) ? scan::bwd_workspace_bytes(s, c.run.route, g_partial_budget, c.run.cpt,
-                                                    c.run.group)
+                                                    c.run.group, c.run.pieces)
                         : 0);
 }
 
@@ -361,7 +372,7 @@ class TypedScanRun final : public ScanRun {
       dA_log_ = DeviceBuffer(size_t(di * ds) * 4, "dA_log [di,ds]");
       const size_t ws_bytes =
           scan::bwd_workspace_bytes(shape_, c.run.route, g_partial_budget, c.run.cpt,
-                                    c.run.group);
+                                    c.run.group, c.run.pieces);
       ws_ = DeviceBuffer(std::max<size_t>(1, ws_bytes), "scan backward workspace");
     }
     fill_inputs(s);
@@ -436,6 +447,7 @@ class TypedScanRun final : public ScanRun {
 
   void run_bwd(cudaStream_t s) {
     scan::BwdParams<T> p = scan::backward_of(fwd_params());
+    p.pieces = c_.run.pieces;
     p.dy = {dy_.as<T>(), 0};
     p.d_delta = {d_delta_.as<T>(), 0};
     p.du = {du_.as<T>(), 0};
@@ -616,7 +628,7 @@ void set_counters(benchmark::State& st, const ScanBench& g, const ScanCase& c, d
     // the backward's pieces (scan.hpp): > 1 where its grid alone would leave SMs idle
     const scan::Geometry bg =
         scan::geometry(scan::Shape{g.B, c.T, g.di, c.ds}, c.run.route, true, g_partial_budget,
-                       c.run.cpt, c.run.group, c.run.layout);
+                       c.run.cpt, c.run.group, c.run.layout, c.run.pieces);
     st.counters["bwd_pieces"] = Counter(double(bg.pieces));
     st.counters["bwd_launches"] = Counter(double(bg.segments));
   }
@@ -715,7 +727,9 @@ int main_impl(int argc, char** argv) {
               "                     :gN saves one state per group of N chunks (grouped\n"
               "                     checkpoints: the backward refills them), e.g. checkpointed-hw:g64;\n"
               "                     :lanes / :whole force the forward's layout at d_state <= 16\n"
-              "                     (a channel's states over 4 lanes, or all in one thread)\n"
+              "                     (a channel's states over 4 lanes, or all in one thread);\n"
+              "                     :pN forces the backward's pieces (d_state <= 16, one\n"
+              "                     channel a thread; :p1 = one walk over all T)\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +

@@ -62,8 +62,10 @@ struct CkptSegments {
   bool parallel = false;     // every piece in one launch
   bool refill() const { return group > 1; }
 };
+// `pieces`: scan::BwdParams::pieces (0 = the plan's choice; ConfigError when negative, or
+// above 1 on a plan compiled without pieces).
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
-                           int64_t checkpoint_group = 1);
+                           int64_t checkpoint_group = 1, int64_t pieces = 0);
 // The sequential launches of a group's chunks g_lo .. g_hi-1, last first: each covers whole
 // chunks of one piece, at most sg.chunks of them. fn(c_lo, c_hi) per launch.
 template <class Fn>

@@ -427,7 +427,7 @@ void ckpt_backward_segments(const scan::BwdParams<T>& p, const CkptPlan& pl,
 template <class T, int S, int L, int K>
 void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group, p.pieces);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   CkptGeom g = to_geom(pl);
   g.vec_state = s.ds % 4 == 0;
@@ -461,7 +461,7 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
 template <class T, int DT>
 void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group, p.pieces);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   TileGeom g = tile_geom(pl, s);
   g.async_bc = async_bc(a);
@@ -486,7 +486,7 @@ void tile_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
 template <class T>
 void whole_backward(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group);
+  const CkptSegments sg = ckpt_segments(s, pl, p.partial_budget, p.checkpoint_group, p.pieces);
   CkptBwdArgs<T> a = ckpt_bwd_args(p, pl, sg);
   const WholeGeom g = whole_geom(pl, s, a);
   constexpr int K = ckpt_chunk(4);
@@ -653,8 +653,10 @@ void backward(const BwdParams<T>& p, cudaStream_t stream) {
   require_in_place_allowed(fn, p.route, p.shape, "d_delta", p.d_delta, "delta", p.delta);
   require_in_place_allowed(fn, p.route, p.shape, "du", p.du, "dy", p.dy);
   scan_detail::require_checkpoint_group(fn, p.route, p.checkpoint_group);
+  if (p.route != Route::Checkpointed && p.pieces != 0)
+    fail(fn, "pieces", p.pieces, "==", 0, "pieces are a checkpointed-route setting");
   const size_t need = bwd_workspace_bytes(p.shape, p.route, p.partial_budget,
-                                          p.channels_per_thread, p.checkpoint_group);
+                                          p.channels_per_thread, p.checkpoint_group, p.pieces);
   if (p.workspace_bytes < need)
     fail(fn, "workspace_bytes", int64_t(p.workspace_bytes), ">=", int64_t(need),
          "bwd_workspace_bytes()");

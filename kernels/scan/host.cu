@@ -49,13 +49,13 @@ size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group) {
 }
 
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget,
-                           int channels_per_thread, int64_t checkpoint_group) {
+                           int channels_per_thread, int64_t checkpoint_group, int64_t pieces) {
   scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, true, channels_per_thread);
     size_t off[7];
     scan_detail::ckpt_workspace_offsets(
-        s, pl, scan_detail::ckpt_segments(s, pl, partial_budget, checkpoint_group), off);
+        s, pl, scan_detail::ckpt_segments(s, pl, partial_budget, checkpoint_group, pieces), off);
     return off[6];
   }
   return scan_bwd_scratch_bytes(ScanShape{s.B, s.T, s.di, s.ds, s.ds});
@@ -90,7 +90,8 @@ int64_t max_checkpoint_group(const Shape& s, Route r, size_t bytes, int channels
 }
 
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
-                  int channels_per_thread, int64_t checkpoint_group, FwdLayout layout) {
+                  int channels_per_thread, int64_t checkpoint_group, FwdLayout layout,
+                  int64_t pieces) {
   check_shape(s, r);
   scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   Geometry g;
@@ -108,7 +109,7 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
     g.smem_bytes = pl.smem_bytes;
     g.reduce_groups = backward ? pl.nblk_d : 0;
     const scan_detail::CkptSegments sg =
-        scan_detail::ckpt_segments(s, pl, partial_budget, checkpoint_group);
+        scan_detail::ckpt_segments(s, pl, partial_budget, checkpoint_group, backward ? pieces : 0);
     g.checkpoint_group = sg.group;
     g.n_saved = sg.n_saved;
     if (backward) {
@@ -338,16 +339,22 @@ int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
 // alone on its SM is latency-bound. The d_state <= 16 one-channel plans only (lane groups and
 // whole-state, whose bits are compared); the tile plan and the wider plans keep one piece.
 // A pure function of the shape and the plan, like the plan itself.
-static int64_t ckpt_piece_chunks(const CkptPlan& pl) {
+// `forced`: BwdParams::pieces (0 = this choice).
+static int64_t ckpt_piece_chunks(const CkptPlan& pl, int64_t forced) {
   const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
   const bool d16 = pl.whole || (pl.dt == 0 && pl.S == 4 && pl.lanes == 4);  // compiled for them
-  if (!d16 || pl.n_ckpt < 2 || 2 * pl.blocks > slots) return pl.n_ckpt;
-  const int64_t want = slots / pl.blocks;  // >= 2
+  if (forced < 0) fail("scan", "pieces", forced, ">=", 0, "0 = the plan's choice");
+  if (forced > 1 && !d16)
+    fail("scan", "pieces", forced, "<=", 1,
+         "pieces serve the d_state <= 16 plan of one channel a thread");
+  int64_t want = forced;
+  if (want == 0) want = !d16 || 2 * pl.blocks > slots ? 1 : slots / pl.blocks;  // >= 2 if d16
+  want = std::max<int64_t>(1, std::min(want, pl.n_ckpt));
   return (pl.n_ckpt + want - 1) / want;
 }
 
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
-                           int64_t checkpoint_group) {
+                           int64_t checkpoint_group, int64_t pieces) {
   const size_t budget = partial_budget ? partial_budget : scan::kDefaultPartialBudget;
   // dB and dC partials of one chunk of every sample
   const size_t chunk_bytes =
@@ -356,7 +363,7 @@ CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t part
   sg.n_saved = ckpt_saved_per_sample(pl, checkpoint_group);
   sg.group = std::min<int64_t>(checkpoint_group, pl.n_ckpt);
   sg.span = sg.refill() ? sg.group : pl.n_ckpt;
-  sg.piece_chunks = ckpt_piece_chunks(pl);
+  sg.piece_chunks = ckpt_piece_chunks(pl, pieces);
   sg.pieces = (pl.n_ckpt + sg.piece_chunks - 1) / sg.piece_chunks;
   const int64_t fit = int64_t(budget / chunk_bytes);  // chunks whose partials fit the budget
   sg.parallel = sg.pieces > 1 && !sg.refill() && fit >= pl.n_ckpt;

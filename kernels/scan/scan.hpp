@@ -169,6 +169,12 @@ struct BwdParams {
   // The forward's checkpoint_group (the backward rebuilds a group's chunk states in its
   // workspace); pass the same value to bwd_workspace_bytes.
   int64_t checkpoint_group = 1;
+  // Checkpointed route, d_state <= 16, one channel a thread: the pieces of the walk (see
+  // "Pieces of the backward" below; 0 = the plan's choice, 1 = one walk over all T, N > 1
+  // = pieces of ceil(n_ckpt / N) chunks; above n_ckpt acts as n_ckpt). For tests and
+  // benchmarks that compare them: dA_log and dD bits depend on it, nothing else does.
+  // Pass the same value to bwd_workspace_bytes.
+  int64_t pieces = 0;
 };
 // 512 MiB. At B 8, d_inner 1536: d_state 16 runs in one segment up to T 10912 (682
 // chunks); d_state 256 at T 2048 (8-step chunks) runs 26 segments of 80 steps, and its
@@ -247,7 +253,8 @@ size_t saved_floats(const Shape& s, Route r, int64_t checkpoint_group = 1);
 // with parallel pieces, a dA_log / dD partial per piece, the carries between segments or
 // the carry pass's per piece, and with checkpoint_group G > 1 one group's chunk states).
 size_t bwd_workspace_bytes(const Shape& s, Route r, size_t partial_budget = 0,
-                           int channels_per_thread = 0, int64_t checkpoint_group = 1);
+                           int channels_per_thread = 0, int64_t checkpoint_group = 1,
+                           int64_t pieces = 0);
 
 // ---- launch geometry (for tests at chunk edges and for benchmark reports) -------
 struct Geometry {
@@ -279,7 +286,7 @@ struct Geometry {
 // thread (FwdLayout; `layout` forces it): lanes 1, states 16, 32 threads a block.
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0,
                   int channels_per_thread = 0, int64_t checkpoint_group = 1,
-                  FwdLayout layout = FwdLayout::Auto);
+                  FwdLayout layout = FwdLayout::Auto, int64_t pieces = 0);
 
 // ---- entry points ----------------------------------------------------------------
 // Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.

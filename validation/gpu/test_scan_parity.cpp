@@ -363,10 +363,12 @@ struct RouteRun {
   Route route;
   ExpMath exp;
   int cpt = 0;  // checkpointed, d_state <= 16: forced channels per thread (0 = the plan's)
+  int64_t pieces = 0;  // checkpointed backward: forced pieces (0 = the plan's)
   std::string name() const {
     return std::string(scan::to_string(route)) +
            (route == Route::Checkpointed ? std::string("-") + scan::to_string(exp) : "") +
-           (cpt ? "-cpt" + std::to_string(cpt) : "");
+           (cpt ? "-cpt" + std::to_string(cpt) : "") +
+           (pieces ? "-pieces" + std::to_string(pieces) : "");
   }
 };
 
@@ -381,6 +383,10 @@ std::vector<RouteRun> runs_for(const ScanCase& c) {
   if (c.ds <= 16) {
     r.push_back({Route::Checkpointed, ExpMath::Hardware, int(2 + c.seed % 3)});
     r.push_back({Route::Checkpointed, ExpMath::Accurate, int(2 + (c.seed + 1) % 3)});
+    // two pieces of several chunks each (the plan's own pieces on these small grids are
+    // one chunk each): the accurate exponential, whose other outputs must keep the bits
+    // of the plan's run (run_case)
+    if (c.T > 2 * 16) r.push_back({Route::Checkpointed, ExpMath::Accurate, 0, 2});
   }
   if (!c.fused()) {
     r.push_back({Route::Chunked, ExpMath::Accurate});
@@ -527,9 +533,10 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   DeviceBuffer<float> dB(size_t(R * c.ds), "dB"), dC(size_t(R * c.ds), "dC");
   DeviceBuffer<float> dD = upload<float>(in.dD0, "dD"), dA = upload<float>(in.dA_log0, "dA_log");
   DeviceBuffer<float> dh0(size_t(ns), "dh0");
-  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, run.route, 0, run.cpt);
+  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, run.route, 0, run.cpt, 1, run.pieces);
   DeviceBuffer<char> ws(std::max<size_t>(1, ws_bytes), "scan workspace");
   scan::BwdParams<T> b = scan::backward_of(f);
+  b.pieces = run.pieces;
   b.dy = {dy.get(), 0};
   b.dh_final = c.chained ? dhT.get() : nullptr;
   b.d_delta = {d_delta.get(), 0};
@@ -590,8 +597,8 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   // against the first run's bytes, dh0 included.
   auto expect_same_rerun = [&](const std::string& what, scan::BwdParams<T> bx, size_t budget,
                                const std::function<void()>& prepare) {
-    const size_t ws_n =
-        scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt, bx.checkpoint_group);
+    const size_t ws_n = scan::bwd_workspace_bytes(sh, run.route, budget, run.cpt,
+                                                  bx.checkpoint_group, bx.pieces);
     DeviceBuffer<char> wsx(ws_n, "scan workspace (" + what + ")");
     fill_nan(wsx);
     reset_backward();
@@ -617,7 +624,8 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   // one chunk, one channel a thread: their grids are small), the one launch walks the pieces in parallel from the carry pass's
   // states and the segments walk them one after the other: the same bytes too.
   if (run.route == Route::Checkpointed) {
-    const scan::Geometry g1 = scan::geometry(sh, run.route, true, 0, run.cpt);
+    const scan::Geometry g1 =
+        scan::geometry(sh, run.route, true, 0, run.cpt, 1, scan::FwdLayout::Auto, run.pieces);
     const size_t chunk_bytes =
         2 * size_t(c.B) * size_t(g1.chunk) * size_t(g1.reduce_groups) * size_t(c.ds) * 4;
     EXPECT_EQ(g1.segments, 1) << label << ": the default budget splits a test shape";
@@ -626,7 +634,8 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       if (chunks >= g1.n_ckpt) continue;
       const std::string sl = label + " in segments of " + std::to_string(chunks) + " chunks";
       const size_t budget = size_t(chunks) * chunk_bytes;
-      const scan::Geometry gs = scan::geometry(sh, run.route, true, budget, run.cpt);
+      const scan::Geometry gs = scan::geometry(sh, run.route, true, budget, run.cpt, 1,
+                                               scan::FwdLayout::Auto, run.pieces);
       // segments never cross a piece's edge: ceil(piece / per) for each piece
       const int64_t per = std::min(chunks, gs.piece_chunks);
       const int64_t last = gs.n_ckpt - (gs.pieces - 1) * gs.piece_chunks;
@@ -702,7 +711,8 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
               << i * G << "'s";
       for (size_t budget : {size_t(0), size_t(1)}) {
         const std::string bl = gl + (budget ? " in segments of one chunk" : "");
-        const scan::Geometry gb = scan::geometry(sh, run.route, true, budget, run.cpt, G);
+        const scan::Geometry gb = scan::geometry(sh, run.route, true, budget, run.cpt, G,
+                                                 scan::FwdLayout::Auto, run.pieces);
         EXPECT_EQ(gb.refills, (gf.n_ckpt + G - 1) / G) << bl;
         scan::BwdParams<T> bg = b;
         bg.saved = out_g.saved.get();
@@ -950,6 +960,24 @@ void run_case(const ScanCase& c) {
   for (size_t i = 0; i < runs.size(); ++i)
     for (size_t j = i + 1; j < runs.size(); ++j)
       expect_runs_agree(c.name() + " " + runs[i].name() + " vs " + runs[j].name(), cmp[i], cmp[j]);
+  // Forced pieces change the dA_log and dD sums only (scan.hpp, "Pieces of the backward"):
+  // every other output has the bytes of the plan's run with the same exponential.
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].pieces == 0) continue;
+    for (size_t j = 0; j < runs.size(); ++j) {
+      if (runs[j].pieces != 0 || runs[j].cpt != runs[i].cpt || runs[j].exp != runs[i].exp ||
+          runs[j].route != runs[i].route)
+        continue;
+      const std::string what = c.name() + " " + runs[i].name() + " vs " + runs[j].name();
+      EXPECT_TRUE(bitwise_equal(K[i].d_delta, K[j].d_delta)) << what << ": d_delta";
+      EXPECT_TRUE(bitwise_equal(K[i].du, K[j].du)) << what << ": du";
+      EXPECT_TRUE(bitwise_equal(K[i].dz, K[j].dz)) << what << ": dz";
+      EXPECT_TRUE(bitwise_equal(K[i].dB, K[j].dB)) << what << ": dB";
+      EXPECT_TRUE(bitwise_equal(K[i].dC, K[j].dC)) << what << ": dC";
+      EXPECT_TRUE(bitwise_equal(K[i].dh0, K[j].dh0)) << what << ": dh0";
+      EXPECT_TRUE(bitwise_equal(K[i].y, K[j].y)) << what << ": y";
+    }
+  }
 }
 
 TEST_P(ScanParity, MatchesOracle) {
@@ -1326,6 +1354,48 @@ TEST(ScanRefusal, ShortWorkspaceNamed) {
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "workspace_bytes = 64")) << e.what();
   }
+}
+
+// BwdParams::pieces: negative, above 1 where the plan has no pieces (d_state above 16, the
+// tile plan), and any value off the checkpointed route are refused, naming the field.
+TEST(ScanRefusal, PiecesNamed) {
+  float x = 0, o[2] = {0, 0};  // outputs apart from the inputs (the cross-check routes refuse that)
+  struct Bad {
+    Route r;
+    int64_t ds;
+    int cpt;
+    int64_t pieces;
+    const char* want;
+  };
+  for (const Bad& t : {Bad{Route::Checkpointed, 16, 0, -1, "pieces = -1 violates pieces >= 0"},
+                       Bad{Route::Checkpointed, 64, 0, 2, "pieces = 2 violates pieces <= 1"},
+                       Bad{Route::Checkpointed, 16, 2, 3, "pieces = 3 violates pieces <= 1"},
+                       Bad{Route::Chunked, 16, 0, 1, "pieces = 1 violates pieces == 0"}}) {
+    scan::BwdParams<float> b;
+    b.route = t.r;
+    b.shape = {2, 100, 40, t.ds};
+    b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
+    b.a_neg = b.saved = b.D = &x;
+    b.d_delta = {&o[0], 0};
+    b.du = {&o[1], 0};
+    b.dA_log = b.dD = &x;
+    b.dB = b.dC = {&x, 0};
+    b.channels_per_thread = t.cpt;
+    b.pieces = t.pieces;
+    b.workspace = &x;
+    b.workspace_bytes = size_t(1) << 40;
+    try {
+      scan::backward<float>(b, nullptr);
+      ADD_FAILURE() << "pieces " << t.pieces << " accepted (" << t.want << ")";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), t.want)) << e.what();
+    }
+  }
+  // a count above the chunks acts as the chunks: one chunk a piece
+  const scan::Geometry g = scan::geometry(scan::Shape{1, 100, 17, 16}, Route::Checkpointed, true,
+                                          0, 0, 1, scan::FwdLayout::Auto, 1000);
+  EXPECT_EQ(g.pieces, g.n_ckpt);
+  EXPECT_EQ(g.piece_chunks, 1);
 }
 
 // An output written over an input (`pair`: "<out> aliases <in>") is refused on the
