@@ -101,7 +101,6 @@ for p in "${phases[@]}"; do
     smallbatch)
       # the scan at small batches (the backward's pieces, scan.hpp), ours then the peer's when
       # its module is built (peerbuild/peer): B in $SMALL_B (default 1 2 4), d_inner 1536
-      so=""
       if [ -n "$peer_build_pid" ]; then wait "$peer_build_pid"; fi
       so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
       for bb in ${SMALL_B:-1 2 4}; do

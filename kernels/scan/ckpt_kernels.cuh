@@ -615,6 +615,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   extern __shared__ float smem[];
   // Without PIECES every use below reads the launch's own chunks (p.c_lo, p.c_hi) and
   // blockIdx.x, as the kernel did before pieces (the same SASS but for parameter offsets).
+  // The carry-in and the end are therefore two branches, the second the code as it was:
+  // folding them into one (PIECES ? pw.x : p.x, !PIECES || ...; equal in value) was tried
+  // and changed the SASS of every instance without pieces.
   [[maybe_unused]] BwdPiece pw;
   if constexpr (PIECES) pw = bwd_piece(p, g.nblk_d, g.n_ckpt);
   const LaneMap m = lane_map(g, p.di, p.ds, S, PIECES ? pw.bid : int64_t(blockIdx.x));

@@ -1233,6 +1233,22 @@ scan::FwdParams<float> dummy_fwd(float* x, scan::Shape sh, Route r) {
   return f;
 }
 
+// A well-formed f32 backward on dummy pointers (inputs at `x`, dδ and du at out[0], out[1]:
+// apart from their inputs, which the cross-check routes require; D and dD set), for refusal
+// tests that must fail before anything is launched. No workspace.
+scan::BwdParams<float> dummy_bwd(float* x, float (&out)[2], scan::Shape sh, Route r) {
+  scan::BwdParams<float> b;
+  b.shape = sh;
+  b.route = r;
+  b.delta = b.u = b.Bm = b.Cm = b.dy = {x, 0};
+  b.a_neg = b.saved = b.D = x;
+  b.d_delta = {&out[0], 0};
+  b.du = {&out[1], 0};
+  b.dA_log = b.dD = x;
+  b.dB = b.dC = {x, 0};
+  return b;
+}
+
 TEST(ScanRefusal, DStateLimitsPerRoute) {
   const std::string m = refusal_message(scan::Shape{1, 8, 4, 257}, Route::Checkpointed);
   EXPECT_TRUE(contains(m, "d_state = 257") && contains(m, "256")) << m;
@@ -1303,14 +1319,9 @@ TEST(ScanRefusal, NullPointerNamed) {
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "y is null")) << e.what();
   }
-  scan::BwdParams<float> b;
-  b.shape = {1, 8, 4, 16};
-  b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
-  b.a_neg = b.saved = &x;
-  b.d_delta = b.du = {&x, 0};
-  b.dA_log = &x;
-  b.dB = b.dC = {&x, 0};
-  b.D = &x;  // D set, dD missing
+  float o[2] = {0, 0};
+  scan::BwdParams<float> b = dummy_bwd(&x, o, {1, 8, 4, 16}, Route::Checkpointed);
+  b.dD = nullptr;  // D set, dD missing
   try {
     scan::backward<float>(b, nullptr);
     ADD_FAILURE() << "D without dD accepted";
@@ -1338,14 +1349,8 @@ TEST(ScanRefusal, CrossCheckRoutesNameWhatTheyLack) {
 }
 
 TEST(ScanRefusal, ShortWorkspaceNamed) {
-  float x = 0;
-  scan::BwdParams<float> b;
-  b.shape = {2, 100, 40, 16};
-  b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
-  b.a_neg = b.saved = &x;
-  b.d_delta = b.du = {&x, 0};
-  b.dA_log = &x;
-  b.dB = b.dC = {&x, 0};
+  float x = 0, o[2] = {0, 0};
+  scan::BwdParams<float> b = dummy_bwd(&x, o, {2, 100, 40, 16}, Route::Checkpointed);
   b.workspace = &x;
   b.workspace_bytes = 64;
   try {
@@ -1359,7 +1364,7 @@ TEST(ScanRefusal, ShortWorkspaceNamed) {
 // BwdParams::pieces: negative, above 1 where the plan has no pieces (d_state above 16, the
 // tile plan), and any value off the checkpointed route are refused, naming the field.
 TEST(ScanRefusal, PiecesNamed) {
-  float x = 0, o[2] = {0, 0};  // outputs apart from the inputs (the cross-check routes refuse that)
+  float x = 0, o[2] = {0, 0};
   struct Bad {
     Route r;
     int64_t ds;
@@ -1371,15 +1376,7 @@ TEST(ScanRefusal, PiecesNamed) {
                        Bad{Route::Checkpointed, 64, 0, 2, "pieces = 2 violates pieces <= 1"},
                        Bad{Route::Checkpointed, 16, 2, 3, "pieces = 3 violates pieces <= 1"},
                        Bad{Route::Chunked, 16, 0, 1, "pieces = 1 violates pieces == 0"}}) {
-    scan::BwdParams<float> b;
-    b.route = t.r;
-    b.shape = {2, 100, 40, t.ds};
-    b.delta = b.u = b.Bm = b.Cm = b.dy = {&x, 0};
-    b.a_neg = b.saved = b.D = &x;
-    b.d_delta = {&o[0], 0};
-    b.du = {&o[1], 0};
-    b.dA_log = b.dD = &x;
-    b.dB = b.dC = {&x, 0};
+    scan::BwdParams<float> b = dummy_bwd(&x, o, {2, 100, 40, t.ds}, t.r);
     b.channels_per_thread = t.cpt;
     b.pieces = t.pieces;
     b.workspace = &x;
