@@ -618,7 +618,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // The carry-in and the end are therefore two branches, the second the code as it was:
   // folding them into one (PIECES ? pw.x : p.x, !PIECES || ...; equal in value) was tried
   // and changed the SASS of every instance without pieces.
-  [[maybe_unused]] BwdPiece pw;
+  [[maybe_unused]] BwdPiece pw{};  // read only with PIECES (zeroes: no use-before-set warning)
   if constexpr (PIECES) pw = bwd_piece(p, g.nblk_d, g.n_ckpt);
   const LaneMap m = lane_map(g, p.di, p.ds, S, PIECES ? pw.bid : int64_t(blockIdx.x));
   const int wch = m.lane / L;  // channel within the warp
