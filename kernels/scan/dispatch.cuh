@@ -268,20 +268,26 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   return a;
 }
 
-// The per-state passes (one thread per (b, d, 4 states), kRefillThreads a block, compiled
-// for chunks of 16 and 8 steps and both exponentials): the refill and the carry pass.
+// The per-state passes (compiled for chunks of 16 and 8 steps and both exponentials): the
+// refill (one thread per (b, d, 4 states)) and the carry pass (16 lanes per (b, d)).
 struct RefillPass {
   static constexpr const char* kName = "ckpt_refill_kernel";
+  static constexpr int kThreads = kRefillThreads;
+  static int64_t blocks_per_sample(const scan::Shape& s) {
+    return refill_blocks_per_sample(s.di, s.ds);
+  }
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
 };
 struct PieceCarryPass {
   static constexpr const char* kName = "ckpt_piece_carry_kernel";
+  static constexpr int kThreads = kCarryThreads;
+  static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_carry_kernel<T, E, K>; }
 };
 // The pass's instance for the plan's chunk K and exponential e, launched over
-// B · refill_blocks_per_sample(di, ds) blocks.
+// B · Pass::blocks_per_sample blocks of Pass::kThreads.
 template <class Pass, class T, class Args>
 void launch_state_pass(const scan::Shape& s, int K, scan::ExpMath e, const Args& r,
                        cudaStream_t st) {
@@ -294,8 +300,7 @@ void launch_state_pass(const scan::Shape& s, int K, scan::ExpMath e, const Args&
   const bool hw = e == H;
   auto* k = K == 16 ? (hw ? Pass::template kernel<T, H, 16>() : Pass::template kernel<T, A, 16>())
                     : (hw ? Pass::template kernel<T, H, 8>() : Pass::template kernel<T, A, 8>());
-  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
-      block{unsigned(kRefillThreads)};
+  const dim3 grid{unsigned(s.B * Pass::blocks_per_sample(s))}, block{unsigned(Pass::kThreads)};
   launch(k, grid, block, 0, st, r);
   MC_LAUNCH_CHECK(name.c_str());
 }
@@ -333,10 +338,9 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = a.piece_chunks;
   r.carry = const_cast<float*>(a.piece_carry);
-  // 4 C values a load: the row start and stride keep every 4-element group aligned
-  r.vec_c = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Cm) % (4 * sizeof(T)) == 0 &&
-            a.ld_C % 4 == 0;
-  r.vec_state = s.ds % 4 == 0;
+  if (s.ds > kCarryLanes)
+    throw std::logic_error("ckpt_piece_carry_kernel: d_state " + std::to_string(s.ds) +
+                           " above the pass's " + std::to_string(kCarryLanes) + " lanes");
   launch_state_pass<PieceCarryPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 

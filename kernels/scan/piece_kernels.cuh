@@ -11,19 +11,26 @@
 // output that depends on them (dδ, du, dz, dB, dC, dh0). Only dA_log and dD, which each
 // piece sums from 0, depend on the pieces (a pure function of the shape).
 //
-// The pass needs no state h and no sums across threads: one thread per (b, d, 4 consecutive
-// states), no shared memory, no barriers (the refill's layout, refill_kernels.cuh). A chunk's
-// steps are loaded in batches of 8 before the first of them is used; only one FMA a step and state
-// is on the dh chain.
+// The pass needs no state h and no sums across states: 16 lanes per (b, d), one state each
+// (d_state <= 16, the only plans with pieces). The per-step transform (softplus, gate) is
+// the same for every state of a channel, so each lane of the 16 computes it for one step of
+// the chunk and the walk takes it by shuffle; each lane loads its own column of C. The
+// next chunk's inputs are loaded while the current one is walked. Only one FMA a step is on
+// the dh chain.
 #pragma once
 
 #include "kernels/scan/refill_kernels.cuh"
 
 namespace mc::kern::scan_detail {
 
-// Steps whose inputs a thread loads before walking them (8 x 7 values in flight; a
-// whole 16-step chunk spilled 176 bytes at f32).
-constexpr int kCarryBatch = 8;
+// Lanes per (b, d): one state each, and one step of a chunk each for the transform.
+constexpr int kCarryLanes = 16;
+constexpr int kCarryThreads = 128;
+
+// Blocks per sample: di · kCarryLanes threads in blocks of kCarryThreads.
+__host__ __device__ inline int64_t carry_blocks_per_sample(int64_t di) {
+  return (di * kCarryLanes + kCarryThreads - 1) / kCarryThreads;
+}
 
 template <class V>  // V: the storage type
 struct CkptPieceCarryArgs : StatePassHead<V> {
@@ -37,81 +44,91 @@ struct CkptPieceCarryArgs : StatePassHead<V> {
   const float* dh_final;        // [B, di, ds] or null
   int64_t n_ckpt, piece_chunks;
   float* carry;                 // [n_pieces - 1][2][B, di, ds]: (dh, dAn) entering piece p's walk
-  bool vec_c;                   // C rows as 4-element vectors (alignment checked)
-  bool vec_state;               // ds % 4 == 0: states as float4
 };
 
-// grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
-// plan's steps per chunk. Walks chunks n_ckpt-1 down to piece_chunks; after chunk
-// c = p·piece_chunks (p >= 1) it writes carry[p - 1] = (dh, dAn).
-template <class T, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(kRefillThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
-  // the refill's thread layout (refill_kernels.cuh), spelled out as there: (b, d, n0)
-  const int64_t Q = (p.ds + 3) / 4;
-  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
-  const int64_t b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
-  const int64_t d = local / Q;
-  if (d >= p.di) return;
-  const int n0 = int(local - d * Q) * 4;
-  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
-  const bool vs = p.vec_state && nvalid == 4;
+// One chunk's inputs as one lane holds them: the transform inputs of step `lane` of the
+// chunk (δ or Δraw, dy, z) and its own state's C column for all K steps (0 past T).
+template <int K>
+struct CarryChunk {
+  float x, g, zv;
+  float cv[K];
+};
 
-  float a[4], dh[4], dAn[4];
-  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
+template <class T, int K>
+__device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p, int64_t r0,
+                                                 int nk, int64_t d, int lane, bool live,
+                                                 CarryChunk<K>& in) {
+  const bool own = lane < nk;  // lanes >= K (K = 8) and steps past T read nothing
+  in.x = own ? load_f32(p.delta + (r0 + lane) * p.ld_delta + d) : 0.f;
+  in.g = own ? load_f32(p.dy + (r0 + lane) * p.ld_dy + d) : 0.f;
+  in.zv = own && p.z ? load_f32(p.z + (r0 + lane) * p.ld_z + d) : 0.f;
 #pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    a[s] = exp_coef<E>(a[s]);
-    dAn[s] = 1.f;
-    dh[s] = 0.f;
-  }
-  const int64_t state_off = (b * p.di + d) * p.ds + n0;
-  if (p.dh_final) load_states<4>(p.dh_final + state_off, p.vec_state, nvalid, dh);
+  for (int k = 0; k < K; ++k)
+    in.cv[k] = live && k < nk ? load_f32(p.Cm + (r0 + k) * p.ld_C + lane) : 0.f;
+}
+
+// grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
+// (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks n_ckpt-1
+// down to piece_chunks; after chunk c = p·piece_chunks (p >= 1) it writes
+// carry[p - 1] = (dh, dAn) [B, di, ds].
+template <class T, scan::ExpMath E, int K>
+__global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
+  static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
+  const int64_t nb = carry_blocks_per_sample(p.di);
+  const int64_t b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kCarryThreads + int64_t(threadIdx.x);
+  const int lane = int(local % kCarryLanes);  // the state n, and the step of the transform
+  const int src0 = int(threadIdx.x % 32) - lane;  // the first lane of this (b, d) in the warp
+  // lanes past di read d_inner-1's inputs and write nothing: every lane of a warp takes
+  // part in its shuffles
+  const bool live_d = local / kCarryLanes < p.di;
+  const int64_t d = live_d ? local / kCarryLanes : p.di - 1;
+  const bool live = live_d && lane < p.ds;
+
+  const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
+  const int64_t state_off = (b * p.di + d) * p.ds + lane;
+  float dh = live && p.dh_final ? __ldg(p.dh_final + state_off) : 0.f;
+  float dAn = 1.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.B * p.di * p.ds;
-  const bool vc = p.vec_c && nvalid == 4;
+  auto chunk_rows = [&](int64_t c, int64_t& r0, int& nk) {
+    r0 = b * p.T + c * K;
+    nk = int(min(int64_t(K), p.T - c * K));  // steps past T: δ = dy = C = 0
+  };
+
+  CarryChunk<K> cur, nxt{};
+  {
+    int64_t r0;
+    int nk;
+    chunk_rows(p.n_ckpt - 1, r0, nk);
+    load_carry_chunk<T, K>(p, r0, nk, d, lane, live, cur);
+  }
   for (int64_t c = p.n_ckpt - 1; c >= p.piece_chunks; --c) {
-    const int64_t t0 = c * K;
-    const int nk = int(min(int64_t(K), p.T - t0));  // steps past T: δ = dy = C = 0
-    const int64_t r0 = b * p.T + t0;
-#pragma unroll
-    for (int h = K / kCarryBatch - 1; h >= 0; --h) {  // batches of the chunk, last first
-      // the batch's inputs, all loaded before its first step
-      float x[kCarryBatch], g[kCarryBatch], zv[kCarryBatch], cv[kCarryBatch][4];
-#pragma unroll
-      for (int i = 0; i < kCarryBatch; ++i) {
-        const int k = h * kCarryBatch + i;
-        x[i] = 0.f;
-        g[i] = 0.f;
-        zv[i] = 0.f;
-#pragma unroll
-        for (int s = 0; s < 4; ++s) cv[i][s] = 0.f;
-        if (k < nk) {
-          x[i] = load_f32(p.delta + (r0 + k) * p.ld_delta + d);
-          g[i] = load_f32(p.dy + (r0 + k) * p.ld_dy + d);
-          if (p.z) zv[i] = load_f32(p.z + (r0 + k) * p.ld_z + d);
-          load_vec<4>(p.Cm + (r0 + k) * p.ld_C + n0, vc, nvalid, cv[i]);
-        }
-      }
-#pragma unroll
-      for (int i = kCarryBatch - 1; i >= 0; --i) {
-        const int k = h * kCarryBatch + i;
-        // the backward kernels' transform: δ (0 on steps past T), dy with the gate folded in
-        const float dl = k < nk ? (p.delta_bias ? act_softplus(x[i] + bias) : x[i]) : 0.f;
-        const float dyv = p.z ? g[i] * act_silu(zv[i]) : g[i];
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {  // the walk's adjoint step
-          const float dA = expm<E>(dl * a[s]);
-          dh[s] = fmaf(dAn[s], dh[s], dyv * cv[i][s]);
-          dAn[s] = dA;
-        }
-      }
+    int64_t r0;
+    int nk;
+    if (c > p.piece_chunks) {  // the next chunk's inputs, in flight during this one's walk
+      chunk_rows(c - 1, r0, nk);
+      load_carry_chunk<T, K>(p, r0, nk, d, lane, live, nxt);
     }
-    if (c % p.piece_chunks == 0) {  // the state entering piece c / piece_chunks - 1's walk
+    chunk_rows(c, r0, nk);
+    // the backward kernels' transform of step `lane`: δ (0 past T), dy with the gate folded in
+    const float dl_own =
+        lane < nk ? (p.delta_bias ? act_softplus(cur.x + bias) : cur.x) : 0.f;
+    const float dy_own = p.z ? cur.g * act_silu(cur.zv) : cur.g;
+#pragma unroll
+    for (int k = K - 1; k >= 0; --k) {  // the walk's adjoint step
+      const float dl = shfl_idx(dl_own, src0 + k);
+      const float dyv = shfl_idx(dy_own, src0 + k);
+      const float dA = expm<E>(dl * a);
+      dh = fmaf(dAn, dh, dyv * cur.cv[k]);
+      dAn = dA;
+    }
+    if (c % p.piece_chunks == 0 && live) {  // the state entering piece c / piece_chunks - 1
       float* out = p.carry + 2 * (c / p.piece_chunks - 1) * plane + state_off;
-      store_states<4>(out, p.vec_state, nvalid, dh);
-      store_states<4>(out + plane, p.vec_state, nvalid, dAn);
+      out[0] = dh;
+      out[plane] = dAn;
     }
+    cur = nxt;
   }
 }
 
