@@ -77,16 +77,22 @@ bool has_bwd(Op o) { return o != Op::Fwd; }
 // own choice otherwise), and save one state per group of N chunks with ":gN" (scan.hpp,
 // grouped checkpoints; N >= 2), e.g. "checkpointed-hw:cpt1:g64"; ":lanes" / ":whole" force
 // the forward's thread layout at d_state <= 16 (scan::FwdLayout: a channel's states over 4
-// lanes, or all in one thread; the same bits); ":pN" forces the backward's pieces (scan.hpp,
-// "Pieces of the backward"; :p1 = one walk over all T, the A/B against the plan's pieces).
+// lanes, or all in one thread; the same bits); ":pN" forces the pieces of the backward and,
+// where it has them, of the forward (scan.hpp, "Pieces of the backward", "Pieces of the
+// forward"; :p1 = one walk over all T, the A/B against the plan's pieces).
 struct Run {
   scan::Route route;
   scan::ExpMath exp;
   int cpt = 0;
   int64_t group = 1;  // chunks per saved state
   scan::FwdLayout layout = scan::FwdLayout::Auto;
-  int64_t pieces = 0;  // the backward's pieces (0 = the plan's choice)
+  int64_t pieces = 0;  // the pieces of the walks (0 = the plan's choice)
 };
+// The forward's share of :pN: the same count where the forward has pieces (scan.hpp, "Pieces
+// of the forward": lane groups, every chunk's state saved), else one walk.
+int64_t fwd_pieces_of(const Run& r) {
+  return r.pieces > 1 && (r.layout == scan::FwdLayout::WholeState || r.group > 1) ? 1 : r.pieces;
+}
 std::string run_name(const Run& r) {
   if (r.route != scan::Route::Checkpointed) return to_string(r.route);
   return std::string("checkpointed-") + (r.exp == scan::ExpMath::Hardware ? "hw" : "acc") +
@@ -430,6 +436,8 @@ class TypedScanRun final : public ScanRun {
     p.channels_per_thread = c_.run.cpt;
     p.layout = c_.run.layout;
     p.checkpoint_group = c_.run.group;
+    // :pN forces the forward's pieces too, where it has them (lane groups, every chunk saved)
+    p.pieces = fwd_pieces_of(c_.run);
     p.delta = {delta_.as<T>(), 0};
     p.u = {u_.as<T>(), 0};
     p.Bm = {Bm_.as<T>(), 0};
@@ -624,6 +632,13 @@ void set_counters(benchmark::State& st, const ScanBench& g, const ScanCase& c, d
   st.counters["floor_us"] = Counter(floor_s * 1e6);
   st.counters["x_floor"] = Counter(floor_s > 0 ? t / floor_s : 0);
   st.counters["scan_mem_bytes"] = Counter(double(case_scan_bytes(c, g.B, g.di)));
+  if (c.run.route == scan::Route::Checkpointed && c.op != Op::Bwd) {
+    // the forward's pieces (scan.hpp), for the training forward this case runs
+    const scan::Geometry fg =
+        scan::geometry(scan::Shape{g.B, c.T, g.di, c.ds}, c.run.route, false, g_partial_budget,
+                       c.run.cpt, c.run.group, c.run.layout, fwd_pieces_of(c.run));
+    st.counters["fwd_pieces"] = Counter(double(fg.pieces));
+  }
   if (c.run.route == scan::Route::Checkpointed && has_bwd(c.op)) {
     // the backward's pieces (scan.hpp): > 1 where its grid alone would leave SMs idle
     const scan::Geometry bg =
@@ -728,8 +743,9 @@ int main_impl(int argc, char** argv) {
               "                     checkpoints: the backward refills them), e.g. checkpointed-hw:g64;\n"
               "                     :lanes / :whole force the forward's layout at d_state <= 16\n"
               "                     (a channel's states over 4 lanes, or all in one thread);\n"
-              "                     :pN forces the backward's pieces (d_state <= 16, one\n"
-              "                     channel a thread; :p1 = one walk over all T)\n"
+              "                     :pN forces the pieces of the backward and, where it has\n"
+              "                     them, the forward (d_state <= 16, one channel a thread;\n"
+              "                     :p1 = one walk over all T)\n"
               "  --dtypes=D,...     of f32, bf16, f16 (default all three)\n"
               "  --plan=GIB         no GPU needed: list the cases with the bytes each allocates\n"
               "                     and moves, and which a device of GIB GiB would skip\n" +

@@ -112,10 +112,10 @@ struct CkptGeom {
   int log2_lanes = 0;
   int warps = 4;       // W per block
   int cb = 0;          // channels per block = W·32/L
-  // Unused since CB became a template constant. Dropping the field moves the kernels'
-  // parameter offsets, and ptxas then schedules the forward differently (checked on
-  // the SASS): it stays until a change to the forward is measured on the device.
-  int reserved = 0;
+  // The forward's pieces (PIECES instances only): stages of KF steps per piece. This int
+  // was an unused field kept so that the parameter offsets stay where the forward was
+  // measured (dropping it made ptxas schedule the forward differently, checked on the SASS).
+  int piece_stages = 0;
   int ds_pad = 4;      // L·S: states per channel the threads hold (the B/C tile row)
   int64_t nblk_d = 0;  // channel blocks per sample = ceil(di / cb)
   int64_t n_ckpt = 0;  // ceil(T / K)
@@ -409,9 +409,30 @@ __device__ __forceinline__ void store_chunk(T* dst, int64_t ld, const float* src
 }
 
 // ---- forward --------------------------------------------------------------------------
-// grid B·nblk_d blocks of 32·W threads; dynamic smem ckpt_smem(KF, .., backward = false)
-// with KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage.
-template <class T, int S, int L, scan::ExpMath E, int K>
+// The stages one block of a forward with pieces walks (ckpt_fwd_kernel<.., PIECES>).
+struct FwdPiece {
+  int64_t bid;         // the block's index within one piece's grid: b·nblk_d + dblk
+  int64_t s_lo, s_hi;  // this block walks stages s_lo .. s_hi-1 of KF steps
+};
+template <class V>
+__device__ __forceinline__ FwdPiece fwd_piece(const CkptFwdArgs<V>& p, const CkptGeom& g,
+                                              int KF) {
+  FwdPiece w;
+  const int64_t per_piece = p.B * g.nblk_d;
+  const int64_t piece = int64_t(blockIdx.x) / per_piece;
+  const int64_t n_stage = (p.T + KF - 1) / KF;
+  w.bid = int64_t(blockIdx.x) - piece * per_piece;
+  w.s_lo = piece * g.piece_stages;
+  w.s_hi = min(n_stage, w.s_lo + g.piece_stages);
+  return w;
+}
+
+// grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
+// b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
+// KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
+// checkpoints saved with G = 1; scan.hpp, "Pieces of the forward"): piece p walks stages
+// p·g.piece_stages .. from the state ckpt_piece_state_kernel saved before its first chunk.
+template <class T, int S, int L, scan::ExpMath E, int K, bool PIECES = false>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
   constexpr int FS = ckpt_fwd_stage(DP, K, sizeof(T)), KF = FS * K;  // checkpoints / steps per stage
@@ -419,7 +440,12 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   constexpr bool DY = fwd_defers_y(L);
   static_assert(!DY || KF % kYSumSteps == 0, "y rounds: 2 steps per lane of 4");
   extern __shared__ float smem[];
-  const LaneMap m = lane_map(g, p.di, p.ds, S, int64_t(blockIdx.x));
+  // Without PIECES every use below reads the code measured before pieces existed (stages
+  // 0 .. n_stage-1); `PIECES ? fw.x : ...` folds away (the SASS of those instances is
+  // unchanged but for register names, checked with cuobjdump).
+  [[maybe_unused]] FwdPiece fw{};
+  if constexpr (PIECES) fw = fwd_piece(p, g, KF);
+  const LaneMap m = lane_map(g, p.di, p.ds, S, PIECES ? fw.bid : int64_t(blockIdx.x));
   const bool has_z = p.z != nullptr;
   const CkptSmem lay =
       ckpt_smem(g, KF, S, sizeof(T), fwd_n_act(has_z), fwd_n_sc(has_z), fwd_n_out(), false);
@@ -447,7 +473,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     load_vec<S>(p.a_neg + m.d * p.ds + m.n0, g.vec_state && m.nvalid == S, m.nvalid, A);
 #pragma unroll
     for (int s = 0; s < S; ++s) a[s] = exp_coef<E>(A[s]);
-    if (p.h0)
+    if (PIECES && fw.s_lo > 0)  // the state pass's state before the piece's first chunk
+      load_states<S>(p.ckpt + ((m.b * p.n_saved + fw.s_lo * FS) * p.di + m.d) * p.ds + m.n0,
+                     g.vec_state, m.nvalid, h);
+    else if (p.h0)
       load_states<S>(p.h0 + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
     else
 #pragma unroll
@@ -459,10 +488,15 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   const int64_t n_stage = (p.T + KF - 1) / KF;
   const bool saves = p.ckpt && m.dvalid && m.nvalid > 0;
   // this thread's row of saved state 0; the state before chunk next_save goes there next,
-  // then the row moves ckpt_step on and next_save ckpt_group on
+  // then the row moves ckpt_step on and next_save ckpt_group on (PIECES, G = 1: from the
+  // piece's first chunk)
   float* ckpt_row = saves ? p.ckpt + ((m.b * p.n_saved) * p.di + m.d) * p.ds + m.n0 : nullptr;
   const int64_t ckpt_step = p.di * p.ds;
   int64_t next_save = 0;
+  if constexpr (PIECES) {
+    next_save = fw.s_lo * FS;
+    if (saves) ckpt_row += next_save * ckpt_step;
+  }
   zero_bc_padding<T>(bct(0, 0), KF, DP, p.ds);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
@@ -482,16 +516,16 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
                   g.async_bc, bc_map);
     cp_async_commit();
   };
-  stage(0, 0);
+  stage(PIECES ? fw.s_lo : 0, PIECES ? int(fw.s_lo & 1) : 0);
 
-  for (int64_t c = 0; c < n_stage; ++c) {
+  for (int64_t c = PIECES ? fw.s_lo : 0; c < (PIECES ? fw.s_hi : n_stage); ++c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * KF;
     const int nk = int(min(int64_t(KF), p.T - t0));
     cp_async_wait_all();
     __syncthreads();  // stage c's tiles are in buffer bf; every thread is done with stage c-1
-    if (c + 1 < n_stage) stage(c + 1, bf ^ 1);  // copies overlap this stage's math
-    if (c > 0)  // stage c-1's y, one coalesced pass
+    if (c + 1 < (PIECES ? fw.s_hi : n_stage)) stage(c + 1, bf ^ 1);  // overlaps this stage's math
+    if (c > (PIECES ? fw.s_lo : 0))  // stage c-1's y, one coalesced pass
       store_chunk<T, CB, OL>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1),
                              KF, m.cols_valid);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
@@ -581,11 +615,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   }
   __syncthreads();  // the last stage's y
   {
-    const int64_t c = n_stage - 1;
+    const int64_t c = (PIECES ? fw.s_hi : n_stage) - 1;
     store_chunk<T, CB, OL>(p.y + (row0 + c * KF) * p.ld_y + m.d0, p.ld_y, out_y(int(c & 1)),
-                           int(p.T - c * KF), m.cols_valid);
+                           int(PIECES ? min(int64_t(KF), p.T - c * KF) : p.T - c * KF), m.cols_valid);
   }
-  if (p.h_final && m.dvalid && m.nvalid > 0)
+  if (p.h_final && m.dvalid && m.nvalid > 0 && (!PIECES || fw.s_hi == n_stage))
     store_states<S>(p.h_final + (m.b * p.di + m.d) * p.ds + m.n0, g.vec_state, m.nvalid, h);
 }
 

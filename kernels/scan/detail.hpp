@@ -66,6 +66,21 @@ struct CkptSegments {
 // above 1 on a plan compiled without pieces).
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,
                            int64_t checkpoint_group = 1, int64_t pieces = 0);
+// The forward's pieces (scan.hpp, "Pieces of the forward"): stages of `stage_chunks` chunks
+// (the forward kernel's steps per stage / K) per piece, and the pieces. One piece unless the
+// plan is the d_state <= 16 one-channel lane plan, the forward saves its checkpoints
+// (`saves`) and every chunk's (checkpoint_group 1), and the grid is under half of the
+// 3 · kPlanSMs slots. `forced`: scan::FwdParams::pieces (0 = this choice; ConfigError when
+// negative, or above 1 where the forward has no pieces).
+struct FwdPieces {
+  int64_t pieces = 1;
+  int64_t piece_stages = 0;  // stages per piece (all of them with one piece)
+  int64_t piece_chunks = 0;  // chunks per piece = piece_stages · stage_chunks
+};
+FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stage_chunks,
+                          bool saves, int64_t checkpoint_group, int64_t forced);
+// Chunks per stage of the forward's lane-plan kernel (ckpt_fwd_stage of ckpt_kernels.cuh).
+int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes);
 // The sequential launches of a group's chunks g_lo .. g_hi-1, last first: each covers whole
 // chunks of one piece, at most sg.chunks of them. fn(c_lo, c_hi) per launch.
 template <class Fn>

@@ -103,8 +103,14 @@ CkptFwdArgs<T> ckpt_fwd_args(const scan::FwdParams<T>& p, const CkptPlan& pl) {
   return a;
 }
 
+template <class T>
+void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
+                        const CkptFwdArgs<T>& a, const FwdPieces& fp, cudaStream_t st);
+
+// fp: the forward's pieces (ckpt_fwd_pieces; more than one only on the (4, 4) plan).
 template <class T, int S, int L, int K>
-void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t st) {
+void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, const FwdPieces& fp,
+                    cudaStream_t st) {
   const scan::Shape& s = p.shape;
   const CkptFwdArgs<T> a = ckpt_fwd_args(p, pl);
   CkptGeom g = to_geom(pl);
@@ -119,7 +125,28 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
-  const dim3 grid(unsigned(pl.blocks)), block(unsigned(32 * pl.warps));
+  const dim3 block(unsigned(32 * pl.warps));
+  if (fp.pieces > 1) {
+    if constexpr (S == 4 && L == 4) {  // the only plan compiled with pieces
+      if (pl.blocks * fp.pieces > int64_t(0x7fffffff))
+        fail("scan::forward", "pieces", fp.pieces, "<=", int64_t(0x7fffffff) / pl.blocks,
+             "pieces x blocks in one grid");
+      launch_piece_state<T>(p, pl, a, fp, st);
+      g.piece_stages = int(fp.piece_stages);
+      const dim3 grid(unsigned(pl.blocks * fp.pieces));
+      const std::string pname = name + " pieces";
+      auto* k = e == scan::ExpMath::Hardware
+                    ? &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K, true>
+                    : &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Accurate, K, true>;
+      set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, pname.c_str());
+      launch(k, grid, block, smem, st, a, g);
+      MC_LAUNCH_CHECK(pname.c_str());
+      return;
+    } else {
+      throw std::logic_error(name + ": compiled without pieces");
+    }
+  }
+  const dim3 grid(unsigned(pl.blocks));
   if (e == scan::ExpMath::Hardware) {
     auto* k = &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K>;
     set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
@@ -195,6 +222,9 @@ void whole_forward(const scan::FwdParams<T>& p, const CkptPlan& pl, cudaStream_t
 template <class T>
 void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
   const CkptPlan pl = ckpt_plan(p.shape, false, p.channels_per_thread, p.layout);
+  // validates p.pieces on every plan; more than one only on the (4, 4) lane plan
+  const FwdPieces fp = ckpt_fwd_pieces(p.shape, pl, ckpt_fwd_stage_chunks(pl, sizeof(T)),
+                                       p.saved != nullptr, p.checkpoint_group, p.pieces);
   if (pl.whole) {
     whole_forward<T>(p, pl, st);
     return;
@@ -206,10 +236,10 @@ void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
     default: tile_forward_s<T, 4>(p, pl, st); return;
   }
   switch (pl.S * 100 + pl.lanes) {  // the four compiled (states, lanes) configurations
-    case 404: ckpt_forward_s<T, 4, 4, ckpt_chunk(4)>(p, pl, st); break;
-    case 416: ckpt_forward_s<T, 4, 16, ckpt_chunk(4)>(p, pl, st); break;
-    case 432: ckpt_forward_s<T, 4, 32, ckpt_chunk(4)>(p, pl, st); break;
-    default: ckpt_forward_s<T, 8, 32, ckpt_chunk(8)>(p, pl, st); break;
+    case 404: ckpt_forward_s<T, 4, 4, ckpt_chunk(4)>(p, pl, fp, st); break;
+    case 416: ckpt_forward_s<T, 4, 16, ckpt_chunk(4)>(p, pl, fp, st); break;
+    case 432: ckpt_forward_s<T, 4, 32, ckpt_chunk(4)>(p, pl, fp, st); break;
+    default: ckpt_forward_s<T, 8, 32, ckpt_chunk(8)>(p, pl, fp, st); break;
   }
 }
 
@@ -286,6 +316,13 @@ struct PieceCarryPass {
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_carry_kernel<T, E, K>; }
 };
+struct PieceStatePass {
+  static constexpr const char* kName = "ckpt_piece_state_kernel";
+  static constexpr int kThreads = kCarryThreads;
+  static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
+  template <class T, scan::ExpMath E, int K>
+  static auto kernel() { return &ckpt_piece_state_kernel<T, E, K>; }
+};
 // The pass's instance for the plan's chunk K and exponential e, launched over
 // B · Pass::blocks_per_sample blocks of Pass::kThreads.
 template <class Pass, class T, class Args>
@@ -342,6 +379,35 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
     throw std::logic_error("ckpt_piece_carry_kernel: d_state " + std::to_string(s.ds) +
                            " above the pass's " + std::to_string(kCarryLanes) + " lanes");
   launch_state_pass<PieceCarryPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
+}
+
+// The state pass of the forward's pieces (piece_kernels.cuh): the state before every piece
+// but the first, into its chunk's checkpoint (a.ckpt, G = 1).
+template <class T>
+void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
+                        const CkptFwdArgs<T>& a, const FwdPieces& fp, cudaStream_t st) {
+  const scan::Shape& s = p.shape;
+  if (s.ds > kCarryLanes || !a.ckpt || a.n_saved != pl.n_ckpt)
+    throw std::logic_error("ckpt_piece_state_kernel: needs d_state <= 16 and every chunk's "
+                           "checkpoint");
+  CkptPieceStateArgs<T> r;
+  r.B = s.B;
+  r.T = s.T;
+  r.di = s.di;
+  r.ds = s.ds;
+  r.delta = a.delta;
+  r.ld_delta = a.ld_delta;
+  r.delta_bias = a.delta_bias;
+  r.u = a.u;
+  r.ld_u = a.ld_u;
+  r.Bm = a.Bm;
+  r.ld_B = a.ld_B;
+  r.a_neg = a.a_neg;
+  r.h0 = a.h0;
+  r.n_ckpt = pl.n_ckpt;
+  r.piece_chunks = fp.piece_chunks;
+  r.ckpt = a.ckpt;
+  launch_state_pass<PieceStatePass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 
 // The refill of grouped checkpoints (refill_kernels.cuh): the states before chunks
@@ -608,6 +674,8 @@ void forward(const FwdParams<T>& p, cudaStream_t stream) {
   require_ptr(fn, "a_neg", p.a_neg);
   require_ptr(fn, "y", p.y.p);
   scan_detail::require_checkpoint_group(fn, p.route, p.checkpoint_group);
+  if (p.route != Route::Checkpointed && p.pieces != 0)
+    fail(fn, "pieces", p.pieces, "==", 0, "pieces are a checkpointed-route setting");
   if (p.route == Route::Checkpointed)
     ckpt_forward<T>(p, stream);
   else

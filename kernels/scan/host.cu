@@ -119,6 +119,12 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
       g.piece_chunks = sg.piece_chunks;
       g.parallel_pieces = sg.parallel;
       g.refills = sg.refill() ? (pl.n_ckpt + sg.group - 1) / sg.group : 0;
+    } else {  // a training forward (checkpoints saved); f32 storage's stages
+      const scan_detail::FwdPieces fp = scan_detail::ckpt_fwd_pieces(
+          s, pl, scan_detail::ckpt_fwd_stage_chunks(pl, 4), true, checkpoint_group, pieces);
+      g.pieces = fp.pieces;
+      g.piece_chunks = fp.piece_chunks;
+      g.parallel_pieces = fp.pieces > 1;
     }
   } else {
     const ScanGeometry lg =
@@ -141,6 +147,18 @@ Traffic forward_traffic(const Shape& s, Route r, int e, bool save, int64_t check
   t.min_bytes = size_t(3 * BT * di * e + 2 * BT * ds * e + 4 * (2 * s.B * di * ds + di * ds + di));
   if (save) t.route_bytes = 4 * saved_floats(s, r, checkpoint_group);
   t.exps = BT * di * ds;
+  if (save && r == Route::Checkpointed) {
+    // pieces: the state pass reads δ, u and B of every chunk before the last piece's (its
+    // checkpoint writes are the forward's own) and runs their recurrence once more
+    const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, false);
+    const scan_detail::FwdPieces fp = scan_detail::ckpt_fwd_pieces(
+        s, pl, scan_detail::ckpt_fwd_stage_chunks(pl, size_t(e)), true, checkpoint_group, 0);
+    if (fp.pieces > 1) {
+      const double walked = double((fp.pieces - 1) * fp.piece_chunks) / double(pl.n_ckpt);
+      t.route_bytes += size_t(walked * BT * (2 * di + ds) * e);
+      t.exps += walked * BT * di * ds;
+    }
+  }
   return t;
 }
 
@@ -351,6 +369,43 @@ static int64_t ckpt_piece_chunks(const CkptPlan& pl, int64_t forced) {
   if (want == 0) want = !d16 || 2 * pl.blocks > slots ? 1 : slots / pl.blocks;  // >= 2 if d16
   want = std::max<int64_t>(1, std::min(want, pl.n_ckpt));
   return (pl.n_ckpt + want - 1) / want;
+}
+
+int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes) {
+  return pl.dt == 0 && !pl.whole ? ckpt_fwd_stage(pl.ds_pad, pl.K, elem_bytes) : 1;
+}
+
+// The forward's pieces: as the backward's, on the forward's own grid (the lane plan's B·nblk_d
+// blocks; B 2, d_inner 1536 at d_state 16: 96), in whole stages of the kernel. A piece's walk
+// starts from the state saved before its first chunk, which a state pass writes first
+// (piece_kernels.cuh), so only a forward that saves every chunk's state has pieces.
+FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stage_chunks,
+                          bool saves, int64_t checkpoint_group, int64_t forced) {
+  const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
+  const bool d16 = !pl.whole && pl.dt == 0 && pl.S == 4 && pl.lanes == 4;  // compiled for it
+  if (forced < 0) fail("scan", "pieces", forced, ">=", 0, "0 = the plan's choice");
+  if (forced > 1 && !d16)
+    fail("scan", "pieces", forced, "<=", 1,
+         "the forward's pieces serve the d_state <= 16 lane-group plan");
+  if (forced > 1 && !saves)
+    fail("scan", "pieces", forced, "<=", 1,
+         "the forward's pieces start from saved checkpoints (saved is null)");
+  if (forced > 1 && std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1)
+    fail("scan", "pieces", forced, "<=", 1,
+         "the forward's pieces need every chunk's state saved (checkpoint_group 1)");
+  const int64_t n_stage = (s.T + pl.K * stage_chunks - 1) / (pl.K * stage_chunks);
+  int64_t want = forced;
+  if (want == 0)
+    want = !d16 || !saves || std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1 ||
+                   2 * pl.blocks > slots
+               ? 1
+               : slots / pl.blocks;
+  want = std::max<int64_t>(1, std::min(want, n_stage));
+  FwdPieces fp;
+  fp.piece_stages = (n_stage + want - 1) / want;
+  fp.pieces = (n_stage + fp.piece_stages - 1) / fp.piece_stages;
+  fp.piece_chunks = std::min(fp.piece_stages * stage_chunks, pl.n_ckpt);
+  return fp;
 }
 
 CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t partial_budget,

@@ -132,4 +132,105 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPie
   }
 }
 
+
+// ---- the forward's pieces --------------------------------------------------------------
+// The forward walk of a piece needs the state h before its first chunk. This pass runs the
+// state recurrence alone, forward from h0, with the forward kernels' arithmetic:
+//   dA_t = exp(δ_t·A),  h_t = fma(dA_t, h_{t-1}, (δ_t·u_t)·B_t)
+// (δ = softplus(Δraw + bias) or Δ; 0 past T), and writes h before chunk p·piece_chunks
+// (p >= 1) into that chunk's saved checkpoint, where the piece's walk reads it and which
+// it would have written there anyway: y, the checkpoints and h_final keep the bits of one
+// walk. The same 16-lane layout as the carry pass: lane j computes (δ, δ·u) of step j of
+// the chunk, every lane walks its own state.
+template <class V>  // V: the storage type
+struct CkptPieceStateArgs : StatePassHead<V> {
+  const V* u;                   // [B*T, ld_u]
+  int64_t ld_u;
+  const V* Bm;                  // [B*T, ld_B]
+  int64_t ld_B;
+  const float* a_neg;           // [di, ds]
+  const float* h0;              // [B, di, ds] or null
+  int64_t n_ckpt, piece_chunks;
+  float* ckpt;                  // [B, n_ckpt, di, ds]: the forward's checkpoints (G = 1)
+};
+
+// One chunk's inputs as one lane holds them: Δ (or Δraw) and u of step `lane` of the chunk,
+// and its own state's B column for all K steps (0 past T).
+template <int K>
+struct StateChunk {
+  float x, uv;
+  float bv[K];
+};
+
+template <class T, int K>
+__device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p, int64_t r0,
+                                                 int nk, int64_t d, int lane, bool live,
+                                                 StateChunk<K>& in) {
+  const bool own = lane < nk;
+  in.x = own ? load_f32(p.delta + (r0 + lane) * p.ld_delta + d) : 0.f;
+  in.uv = own ? load_f32(p.u + (r0 + lane) * p.ld_u + d) : 0.f;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    in.bv[k] = live && k < nk ? load_f32(p.Bm + (r0 + k) * p.ld_B + lane) : 0.f;
+}
+
+// grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
+// (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks 0 up to
+// (pieces - 1)·piece_chunks - 1; before chunk c = p·piece_chunks (p >= 1) it writes
+// ckpt[b, c, d, :] = h.
+template <class T, scan::ExpMath E, int K>
+__global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
+  static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
+  const int64_t nb = carry_blocks_per_sample(p.di);
+  const int64_t b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kCarryThreads + int64_t(threadIdx.x);
+  const int lane = int(local % kCarryLanes);
+  const int src0 = int(threadIdx.x % 32) - lane;
+  const bool live_d = local / kCarryLanes < p.di;
+  const int64_t d = live_d ? local / kCarryLanes : p.di - 1;
+  const bool live = live_d && lane < p.ds;
+
+  const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
+  float h = live && p.h0 ? __ldg(p.h0 + (b * p.di + d) * p.ds + lane) : 0.f;
+  const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
+  const int64_t n_pieces = (p.n_ckpt + p.piece_chunks - 1) / p.piece_chunks;
+  const int64_t c_end = (n_pieces - 1) * p.piece_chunks;  // the last piece's first chunk
+  // ckpt[b, c, d, lane]
+  float* row = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + lane;
+  const int64_t chunk_step = p.di * p.ds;
+  auto chunk_rows = [&](int64_t c, int64_t& r0, int& nk) {
+    r0 = b * p.T + c * K;
+    nk = int(min(int64_t(K), p.T - c * K));
+  };
+
+  StateChunk<K> cur, nxt{};
+  {
+    int64_t r0;
+    int nk;
+    chunk_rows(0, r0, nk);
+    load_state_chunk<T, K>(p, r0, nk, d, lane, live, cur);
+  }
+  for (int64_t c = 0; c < c_end; ++c) {
+    int64_t r0;
+    int nk;
+    if (c + 1 < c_end) {  // the next chunk's inputs, in flight during this one's walk
+      chunk_rows(c + 1, r0, nk);
+      load_state_chunk<T, K>(p, r0, nk, d, lane, live, nxt);
+    }
+    chunk_rows(c, r0, nk);
+    // the forward kernels' per-step scalars of step `lane`: δ (0 past T) and δ·u
+    const float dl_own = lane < nk ? (p.delta_bias ? act_softplus(cur.x + bias) : cur.x) : 0.f;
+    const float du_own = dl_own * cur.uv;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {  // the forward's step
+      const float dl = shfl_idx(dl_own, src0 + k);
+      const float du = shfl_idx(du_own, src0 + k);
+      const float dA = expm<E>(dl * a);
+      h = fmaf(dA, h, du * cur.bv[k]);
+    }
+    if ((c + 1) % p.piece_chunks == 0 && live) row[(c + 1) * chunk_step] = h;
+    cur = nxt;
+  }
+}
+
 }  // namespace mc::kern::scan_detail

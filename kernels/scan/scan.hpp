@@ -121,6 +121,11 @@ struct FwdParams {
   // Checkpointed route: chunks per saved state G (>= 1; see "Grouped checkpoints" below).
   // Pass the same value to the backward, saved_floats and bwd_workspace_bytes.
   int64_t checkpoint_group = 1;
+  // Checkpointed route, d_state <= 16 lane groups, checkpoints saved with checkpoint_group
+  // 1: the pieces of the walk (see "Pieces of the forward" below; 0 = the plan's choice,
+  // 1 = one walk over all T, N > 1 = about N pieces of whole stages). No output's bits
+  // depend on it; for tests and benchmarks that compare.
+  int64_t pieces = 0;
 };
 
 template <class T>
@@ -225,6 +230,19 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
 // (test_scan_parity.cpp compares one launch with segments of 1 and 2 chunks, grouped
 // checkpoints and the other layout on every test shape, all of which have pieces).
 
+// ---- pieces of the forward (Checkpointed route) ------------------------------------------
+// The forward's grid is B·d_inner/32 blocks at d_state <= 16 too (96 at B 2, d_inner 1536),
+// and a block alone on its SM is latency-bound: the f32 forward took 163 us at B 1 and B 2
+// alike on an H100 (docs/performance-notes.md, "2026-12-05, fourth session"). Where that grid
+// is under half of 3 x 132 blocks and the forward saves every chunk's state (a training
+// forward, checkpoint_group 1), its stages are cut into `pieces` (Geometry::pieces with
+// backward = false), one launch walks them all, and a state pass first runs the recurrence
+// h_t = exp(δ_t·A)·h_{t-1} + δ_t·u_t·B_t alone (no y, one thread per state) with the
+// forward's arithmetic and writes the state before each piece into that chunk's
+// checkpoint. The piece's walk starts from it and writes it again, so y, every checkpoint
+// and h_final have the bits of one walk (test_scan_parity.cpp: the forward without saved
+// states, which has no pieces, and the other layout must match bit for bit).
+
 // ---- grouped checkpoints (Checkpointed route) --------------------------------------
 // With checkpoint_group G = 1 (the default) the forward saves the state before every
 // chunk of `chunk` steps, [B, n_ckpt, di, ds] f32: at d_state 16 and 16-step chunks
@@ -270,9 +288,10 @@ struct Geometry {
   int64_t reduce_groups = 0;   // backward: channel groups of the dB/dC partials
   int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
   int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment
-  int64_t pieces = 1;          // Checkpointed backward: pieces of the walk (see below)
-  int64_t piece_chunks = 0;    // Checkpointed backward: chunks per piece
-  bool parallel_pieces = false;  // Checkpointed backward: every piece in one launch
+  int64_t pieces = 1;          // Checkpointed: pieces of the walk (see below; the forward's
+                               // for a forward that saves every chunk's state)
+  int64_t piece_chunks = 0;    // Checkpointed: chunks per piece
+  bool parallel_pieces = false;  // Checkpointed: every piece in one launch
   int64_t checkpoint_group = 1;  // Checkpointed: chunks per saved state (clamped to n_ckpt)
   int64_t n_saved = 0;         // Checkpointed: saved states per sample = ceil(n_ckpt / group)
   int64_t refills = 0;         // Checkpointed backward: refill launches (groups, when group > 1)

@@ -467,6 +467,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   f.route = run.route;
   f.exp = run.exp;
   f.channels_per_thread = run.cpt;
+  f.pieces = run.pieces;
   f.delta = {delta.get(), 0};
   f.delta_bias = c.softplus ? bias.get() : nullptr;
   f.u = {u.get(), 0};
@@ -495,13 +496,18 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
           << label << ": h_final differs from h_saved[" << b << ", T]";
   }
 
-  {  // nosave twin: bitwise the same y and final state
+  {  // nosave twin: bitwise the same y and final state (one walk: without saved states the
+     // forward has no pieces, scan.hpp "Pieces of the forward")
     DeviceBuffer<float> hf2(size_t(ns), "h_final (nosave)");
     DeviceBuffer<T> y2(size_t(n), "y (nosave)");
     fill_nan(y2);
     fill_nan(hf2);
     scan::FwdParams<T> f2 = f;
     f2.saved = nullptr;
+    f2.pieces = 0;
+    if (run.route == Route::Checkpointed)
+      EXPECT_EQ(scan::geometry(sh, run.route, false, 0, run.cpt, 1, scan::FwdLayout::Auto, 1).pieces, 1)
+          << label;
     f2.h_final = hf2.get();
     f2.y = {y2.get(), 0};
     scan::forward<T>(f2, kStream);
@@ -518,6 +524,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
     FwdOutputs<T> out3(nsaved, size_t(ns), size_t(n), "layout twin");
     scan::FwdParams<T> f3 = f;
     f3.layout = twin_layout;
+    f3.pieces = 0;  // whole-state has no forward pieces; lane groups: the plan's
     out3.point(f3);
     scan::forward<T>(f3, kStream);
     const std::string twin = label + ": layout " + scan::to_string(f3.layout) + " against " +
@@ -695,6 +702,7 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
       FwdOutputs<T> out_g(nsg, size_t(ns), size_t(n), "grouped");
       scan::FwdParams<T> fg = f;
       fg.checkpoint_group = G;
+      fg.pieces = 0;  // grouped saves: one walk (no forward pieces)
       if (G == 3) fg.layout = twin_layout;  // grouped saves in the other layout too
       out_g.point(fg);
       scan::forward<T>(fg, kStream);
@@ -976,6 +984,9 @@ void run_case(const ScanCase& c) {
       EXPECT_TRUE(bitwise_equal(K[i].dC, K[j].dC)) << what << ": dC";
       EXPECT_TRUE(bitwise_equal(K[i].dh0, K[j].dh0)) << what << ": dh0";
       EXPECT_TRUE(bitwise_equal(K[i].y, K[j].y)) << what << ": y";
+      // the forward's pieces (scan.hpp, "Pieces of the forward") change no bit
+      EXPECT_TRUE(bitwise_equal(K[i].saved, K[j].saved)) << what << ": saved";
+      EXPECT_TRUE(bitwise_equal(K[i].h_final, K[j].h_final)) << what << ": h_final";
     }
   }
 }
@@ -1388,6 +1399,39 @@ TEST(ScanRefusal, PiecesNamed) {
       EXPECT_TRUE(contains(e.what(), t.want)) << e.what();
     }
   }
+  // FwdParams::pieces: the same two limits, and above 1 where the forward has no pieces
+  // (saved null, grouped saves, the whole-state layout); refused before any launch
+  struct BadFwd {
+    Route r;
+    int64_t ds;
+    int cpt;
+    int64_t pieces, group;
+    bool saves;
+    scan::FwdLayout layout;
+    const char* want;
+  };
+  const scan::FwdLayout lanes = scan::FwdLayout::Auto, whole = scan::FwdLayout::WholeState;
+  for (const BadFwd& t :
+       {BadFwd{Route::Checkpointed, 16, 0, -1, 1, true, lanes, "pieces = -1 violates pieces >= 0"},
+        BadFwd{Route::Checkpointed, 64, 0, 2, 1, true, lanes, "pieces = 2 violates pieces <= 1"},
+        BadFwd{Route::Checkpointed, 16, 2, 3, 1, true, lanes, "pieces = 3 violates pieces <= 1"},
+        BadFwd{Route::Checkpointed, 16, 0, 2, 1, false, lanes, "saved is null"},
+        BadFwd{Route::Checkpointed, 16, 0, 2, 2, true, lanes, "checkpoint_group 1"},
+        BadFwd{Route::Checkpointed, 16, 0, 2, 1, true, whole, "pieces = 2 violates pieces <= 1"},
+        BadFwd{Route::Chunked, 16, 0, 1, 1, true, lanes, "pieces = 1 violates pieces == 0"}}) {
+    scan::FwdParams<float> f = dummy_fwd(&x, {2, 100, 40, t.ds}, t.r);
+    f.channels_per_thread = t.cpt;
+    f.pieces = t.pieces;
+    f.checkpoint_group = t.group;
+    f.layout = t.layout;
+    f.saved = t.saves ? &x : nullptr;
+    try {
+      scan::forward<float>(f, nullptr);
+      ADD_FAILURE() << "forward pieces " << t.pieces << " accepted (" << t.want << ")";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), t.want) && contains(e.what(), "pieces")) << e.what();
+    }
+  }
   // a count above the chunks acts as the chunks: one chunk a piece
   const scan::Geometry g = scan::geometry(scan::Shape{1, 100, 17, 16}, Route::Checkpointed, true,
                                           0, 0, 1, scan::FwdLayout::Auto, 1000);
@@ -1511,9 +1555,18 @@ TEST(ScanContract, TrafficModel) {
   EXPECT_EQ(f2.min_bytes, 3 * BT * di * 2 + 2 * BT * ds * 2 + 4 * (2 * 3 * di * ds + di * ds + di));
   EXPECT_EQ(f2.route_bytes, 0u);
   EXPECT_EQ(scan::forward_traffic(s, Route::Chunked, 4, true).route_bytes, 4 * 3 * 101 * di * ds);
+  // the saved checkpoints, and the state pass of the forward's pieces (3 blocks: 4 pieces of
+  // one 32-step stage, 2 chunks) over the chunks before the last piece's: δ, u, B read again
   const scan::Geometry g = scan::geometry(s, Route::Checkpointed, false);
-  EXPECT_EQ(scan::forward_traffic(s, Route::Checkpointed, 4, true).route_bytes,
-            4 * 3 * size_t(g.n_ckpt) * di * ds);
+  ASSERT_EQ(g.pieces, 4);
+  ASSERT_EQ(g.piece_chunks, 2);
+  const scan::Traffic f4 = scan::forward_traffic(s, Route::Checkpointed, 4, true);
+  const double walked = 6.0 / double(g.n_ckpt);
+  EXPECT_EQ(f4.route_bytes, 4 * 3 * size_t(g.n_ckpt) * di * ds +
+                                size_t(walked * double(BT * (2 * di + ds) * 4)));
+  EXPECT_DOUBLE_EQ(f4.exps, (1.0 + walked) * double(BT * di * ds));
+  // no saved states, no pieces: the one recurrence
+  EXPECT_DOUBLE_EQ(f2.exps, double(BT * di * ds));
   const scan::Traffic b4 = scan::backward_traffic(s, Route::Checkpointed, 4);
   EXPECT_EQ(b4.min_bytes, 5 * BT * di * 4 + 2 * BT * ds * 4 + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
   // two recurrences (the chunk's states, then dA walking back), and the carry pass of the
@@ -1562,6 +1615,54 @@ TEST(ScanContract, BackwardSegments) {
 // dA_log / dD partial per piece and, in parallel, the carry pass's states. The bits do not
 // depend on how the pieces run: run_gpu compares one launch with segments of 1 and 2
 // chunks, the grouped backward and the other layout on every test shape, all with pieces.
+// Pieces of the forward (scan.hpp): the same rule on the forward's grid, in whole stages of
+// 32 steps (2 chunks), for a forward that saves every chunk's state with the lane-group plan.
+// The bits do not depend on them: run_gpu compares the forward without saved states (one
+// walk), the other layout and forced pieces with the plan's run, byte for byte.
+TEST(ScanContract, ForwardPieces) {
+  {  // B 8, d_inner 1536: 384 blocks, one piece
+    const scan::Geometry g = scan::geometry(scan::Shape{8, 2048, 1536, 16}, Route::Checkpointed, false);
+    EXPECT_EQ(g.blocks, 384);
+    EXPECT_EQ(g.pieces, 1);
+    EXPECT_FALSE(g.parallel_pieces);
+  }
+  const scan::Shape b2{2, 2048, 1536, 16}, b1{1, 2048, 1536, 16};
+  {  // B 2: 96 blocks -> 4 pieces of 16 stages (32 chunks), one launch of 384 blocks
+    const scan::Geometry g = scan::geometry(b2, Route::Checkpointed, false);
+    EXPECT_EQ(g.blocks, 96);
+    EXPECT_EQ(g.pieces, 4);
+    EXPECT_EQ(g.piece_chunks, 32);
+    EXPECT_TRUE(g.parallel_pieces);
+    // the state pass in the traffic model: one more recurrence over 3 of the 4 pieces
+    EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 4, true).exps,
+                     1.75 * 2 * 2048 * 1536 * 16);
+    EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 4, false).exps,
+                     1.0 * 2 * 2048 * 1536 * 16);
+  }
+  {  // B 1: 48 blocks -> 8 pieces of 8 stages
+    const scan::Geometry g = scan::geometry(b1, Route::Checkpointed, false);
+    EXPECT_EQ(g.pieces, 8);
+    EXPECT_EQ(g.piece_chunks, 16);
+  }
+  {  // forced: 3 pieces of ceil(64 / 3) = 22 stages; 1 = one walk
+    const scan::Geometry g =
+        scan::geometry(b2, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, 3);
+    EXPECT_EQ(g.pieces, 3);
+    EXPECT_EQ(g.piece_chunks, 44);
+    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, 1).pieces, 1);
+  }
+  {  // one piece: grouped saves, the whole-state layout, the tile plan, d_state above 16,
+     // a one-stage sequence
+    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 0, 4).pieces, 1);
+    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::WholeState)
+                  .pieces,
+              1);
+    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 2).pieces, 1);
+    EXPECT_EQ(scan::geometry(scan::Shape{1, 1024, 64, 64}, Route::Checkpointed, false).pieces, 1);
+    EXPECT_EQ(scan::geometry(scan::Shape{1, 32, 17, 16}, Route::Checkpointed, false).pieces, 1);
+  }
+}
+
 TEST(ScanContract, BackwardPieces) {
   const size_t plane = size_t(1536) * 16 * 4;  // one sample's states, bytes
   {  // B 8, d_inner 1536: 384 blocks, one wave: one piece, as before
