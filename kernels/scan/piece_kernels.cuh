@@ -46,25 +46,37 @@ struct CkptPieceCarryArgs : StatePassHead<V> {
   float* carry;                 // [n_pieces - 1][2][B, di, ds]: (dh, dAn) entering piece p's walk
 };
 
+// The storage value as f32 (the conversion load_f32 makes).
+__device__ __forceinline__ float as_f32(float v) { return v; }
+__device__ __forceinline__ float as_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float as_f32(__half v) { return __half2float(v); }
+
+// The 16-lane passes keep a chunk's loads in the storage type until the chunk is walked, in
+// two buffers that alternate (ping-pong): the loads of chunk c±1 stay in flight during chunk
+// c's walk. Converting on load, or copying the next buffer into the current one, made every
+// chunk wait for its loads (measured: the bf16 state pass at 226 us on an H200, B 2, about
+// 4700 cycles a chunk; see docs/performance-notes.md). Every load reads a valid address:
+// rows past T and lanes past d_state read row / column 0 of the chunk, and the walk zeroes
+// them, so the arithmetic is that of zero inputs there.
+
 // One chunk's inputs as one lane holds them: the transform inputs of step `lane` of the
-// chunk (δ or Δraw, dy, z) and its own state's C column for all K steps (0 past T).
-template <int K>
+// chunk (δ or Δraw, dy, z) and its own state's C column for all K steps.
+template <class T, int K>
 struct CarryChunk {
-  float x, g, zv;
-  float cv[K];
+  T x, g, zv;
+  T cv[K];
 };
 
 template <class T, int K>
 __device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p, int64_t r0,
-                                                 int nk, int64_t d, int lane, bool live,
-                                                 CarryChunk<K>& in) {
-  const bool own = lane < nk;  // lanes >= K (K = 8) and steps past T read nothing
-  in.x = own ? load_f32(p.delta + (r0 + lane) * p.ld_delta + d) : 0.f;
-  in.g = own ? load_f32(p.dy + (r0 + lane) * p.ld_dy + d) : 0.f;
-  in.zv = own && p.z ? load_f32(p.z + (r0 + lane) * p.ld_z + d) : 0.f;
+                                                 int nk, int64_t d, int lane, int col,
+                                                 CarryChunk<T, K>& in) {
+  const int64_t r = r0 + (lane < nk ? lane : 0);
+  in.x = __ldg(p.delta + r * p.ld_delta + d);
+  in.g = __ldg(p.dy + r * p.ld_dy + d);
+  if (p.z) in.zv = __ldg(p.z + r * p.ld_z + d);
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    in.cv[k] = live && k < nk ? load_f32(p.Cm + (r0 + k) * p.ld_C + lane) : 0.f;
+  for (int k = 0; k < K; ++k) in.cv[k] = __ldg(p.Cm + (r0 + (k < nk ? k : 0)) * p.ld_C + col);
 }
 
 // grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
@@ -84,6 +96,7 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPie
   const bool live_d = local / kCarryLanes < p.di;
   const int64_t d = live_d ? local / kCarryLanes : p.di - 1;
   const bool live = live_d && lane < p.ds;
+  const int col = live ? lane : 0;  // the C column this lane loads
 
   const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
   const int64_t state_off = (b * p.di + d) * p.ds + lane;
@@ -91,47 +104,51 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPie
   float dAn = 1.f;
   const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.B * p.di * p.ds;
-  auto chunk_rows = [&](int64_t c, int64_t& r0, int& nk) {
-    r0 = b * p.T + c * K;
-    nk = int(min(int64_t(K), p.T - c * K));  // steps past T: δ = dy = C = 0
-  };
+  const int64_t last = p.n_ckpt - 1;  // the walk's first chunk (it may end past T)
+  const int last_nk = int(p.T - last * K);
+  auto rows = [&](int64_t c) { return b * p.T + c * K; };
+  auto steps = [&](int64_t c) { return c == last ? last_nk : K; };
+  int to_edge = int(last % p.piece_chunks);  // chunks left before a piece's first chunk
 
-  CarryChunk<K> cur, nxt{};
-  {
-    int64_t r0;
-    int nk;
-    chunk_rows(p.n_ckpt - 1, r0, nk);
-    load_carry_chunk<T, K>(p, r0, nk, d, lane, live, cur);
-  }
-  for (int64_t c = p.n_ckpt - 1; c >= p.piece_chunks; --c) {
-    int64_t r0;
-    int nk;
-    if (c > p.piece_chunks) {  // the next chunk's inputs, in flight during this one's walk
-      chunk_rows(c - 1, r0, nk);
-      load_carry_chunk<T, K>(p, r0, nk, d, lane, live, nxt);
-    }
-    chunk_rows(c, r0, nk);
+  // Walk chunk c from `in`: steps past T have δ = dy = C = 0.
+  auto walk = [&](int64_t c, const CarryChunk<T, K>& in) {
+    const int nk = steps(c);
     // the backward kernels' transform of step `lane`: δ (0 past T), dy with the gate folded in
-    const float dl_own =
-        lane < nk ? (p.delta_bias ? act_softplus(cur.x + bias) : cur.x) : 0.f;
-    const float dy_own = p.z ? cur.g * act_silu(cur.zv) : cur.g;
+    const float x = as_f32(in.x), g = lane < nk ? as_f32(in.g) : 0.f;
+    const float zv = p.z && lane < nk ? as_f32(in.zv) : 0.f;
+    const float dl_own = lane < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
+    const float dy_own = p.z ? g * act_silu(zv) : g;
 #pragma unroll
     for (int k = K - 1; k >= 0; --k) {  // the walk's adjoint step
       const float dl = shfl_idx(dl_own, src0 + k);
       const float dyv = shfl_idx(dy_own, src0 + k);
+      const float cv = live && k < nk ? as_f32(in.cv[k]) : 0.f;
       const float dA = expm<E>(dl * a);
-      dh = fmaf(dAn, dh, dyv * cur.cv[k]);
+      dh = fmaf(dAn, dh, dyv * cv);
       dAn = dA;
     }
-    if (c % p.piece_chunks == 0 && live) {  // the state entering piece c / piece_chunks - 1
-      float* out = p.carry + 2 * (c / p.piece_chunks - 1) * plane + state_off;
-      out[0] = dh;
-      out[plane] = dAn;
+    if (to_edge == 0) {  // c = (piece + 1)·piece_chunks: the state entering piece `piece`
+      if (live) {
+        float* out = p.carry + 2 * (c / p.piece_chunks - 1) * plane + state_off;
+        out[0] = dh;
+        out[plane] = dAn;
+      }
+      to_edge = int(p.piece_chunks);
     }
-    cur = nxt;
+    --to_edge;
+  };
+
+  CarryChunk<T, K> A, Bf;
+  load_carry_chunk<T, K>(p, rows(last), steps(last), d, lane, col, A);
+  for (int64_t c = last;;) {
+    if (c - 1 >= p.piece_chunks) load_carry_chunk<T, K>(p, rows(c - 1), K, d, lane, col, Bf);
+    walk(c, A);
+    if (--c < p.piece_chunks) break;
+    if (c - 1 >= p.piece_chunks) load_carry_chunk<T, K>(p, rows(c - 1), K, d, lane, col, A);
+    walk(c, Bf);
+    if (--c < p.piece_chunks) break;
   }
 }
-
 
 // ---- the forward's pieces --------------------------------------------------------------
 // The forward walk of a piece needs the state h before its first chunk. This pass runs the
@@ -155,29 +172,28 @@ struct CkptPieceStateArgs : StatePassHead<V> {
 };
 
 // One chunk's inputs as one lane holds them: Δ (or Δraw) and u of step `lane` of the chunk,
-// and its own state's B column for all K steps (0 past T).
-template <int K>
+// and its own state's B column for all K steps (loaded as the carry pass loads).
+template <class T, int K>
 struct StateChunk {
-  float x, uv;
-  float bv[K];
+  T x, uv;
+  T bv[K];
 };
 
 template <class T, int K>
 __device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p, int64_t r0,
-                                                 int nk, int64_t d, int lane, bool live,
-                                                 StateChunk<K>& in) {
-  const bool own = lane < nk;
-  in.x = own ? load_f32(p.delta + (r0 + lane) * p.ld_delta + d) : 0.f;
-  in.uv = own ? load_f32(p.u + (r0 + lane) * p.ld_u + d) : 0.f;
+                                                 int nk, int64_t d, int lane, int col,
+                                                 StateChunk<T, K>& in) {
+  const int64_t r = r0 + (lane < nk ? lane : 0);
+  in.x = __ldg(p.delta + r * p.ld_delta + d);
+  in.uv = __ldg(p.u + r * p.ld_u + d);
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    in.bv[k] = live && k < nk ? load_f32(p.Bm + (r0 + k) * p.ld_B + lane) : 0.f;
+  for (int k = 0; k < K; ++k) in.bv[k] = __ldg(p.Bm + (r0 + (k < nk ? k : 0)) * p.ld_B + col);
 }
 
 // grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
 // (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks 0 up to
-// (pieces - 1)·piece_chunks - 1; before chunk c = p·piece_chunks (p >= 1) it writes
-// ckpt[b, c, d, :] = h.
+// (pieces - 1)·piece_chunks - 1 (all whole: the last piece holds the chunk past T); before
+// chunk c = p·piece_chunks (p >= 1) it writes ckpt[b, c, d, :] = h.
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
   static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
@@ -189,6 +205,7 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPie
   const bool live_d = local / kCarryLanes < p.di;
   const int64_t d = live_d ? local / kCarryLanes : p.di - 1;
   const bool live = live_d && lane < p.ds;
+  const int col = live ? lane : 0;
 
   const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
   float h = live && p.h0 ? __ldg(p.h0 + (b * p.di + d) * p.ds + lane) : 0.f;
@@ -198,38 +215,39 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPie
   // ckpt[b, c, d, lane]
   float* row = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + lane;
   const int64_t chunk_step = p.di * p.ds;
-  auto chunk_rows = [&](int64_t c, int64_t& r0, int& nk) {
-    r0 = b * p.T + c * K;
-    nk = int(min(int64_t(K), p.T - c * K));
-  };
+  auto rows = [&](int64_t c) { return b * p.T + c * K; };
+  int to_edge = int(p.piece_chunks) - 1;  // chunks left before the next piece
 
-  StateChunk<K> cur, nxt{};
-  {
-    int64_t r0;
-    int nk;
-    chunk_rows(0, r0, nk);
-    load_state_chunk<T, K>(p, r0, nk, d, lane, live, cur);
-  }
-  for (int64_t c = 0; c < c_end; ++c) {
-    int64_t r0;
-    int nk;
-    if (c + 1 < c_end) {  // the next chunk's inputs, in flight during this one's walk
-      chunk_rows(c + 1, r0, nk);
-      load_state_chunk<T, K>(p, r0, nk, d, lane, live, nxt);
-    }
-    chunk_rows(c, r0, nk);
-    // the forward kernels' per-step scalars of step `lane`: δ (0 past T) and δ·u
-    const float dl_own = lane < nk ? (p.delta_bias ? act_softplus(cur.x + bias) : cur.x) : 0.f;
-    const float du_own = dl_own * cur.uv;
+  // Walk chunk c (whole: c < c_end <= n_ckpt - 1) from `in`.
+  auto walk = [&](int64_t c, const StateChunk<T, K>& in) {
+    // the forward kernels' per-step scalars of step `lane`: δ and δ·u (lanes past K: 0)
+    const float x = as_f32(in.x), uv = lane < K ? as_f32(in.uv) : 0.f;
+    const float dl_own = lane < K ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
+    const float du_own = dl_own * uv;
 #pragma unroll
     for (int k = 0; k < K; ++k) {  // the forward's step
       const float dl = shfl_idx(dl_own, src0 + k);
       const float du = shfl_idx(du_own, src0 + k);
+      const float bv = live ? as_f32(in.bv[k]) : 0.f;
       const float dA = expm<E>(dl * a);
-      h = fmaf(dA, h, du * cur.bv[k]);
+      h = fmaf(dA, h, du * bv);
     }
-    if ((c + 1) % p.piece_chunks == 0 && live) row[(c + 1) * chunk_step] = h;
-    cur = nxt;
+    if (to_edge == 0) {  // the state before chunk c + 1, a piece's first
+      if (live) row[(c + 1) * chunk_step] = h;
+      to_edge = int(p.piece_chunks);
+    }
+    --to_edge;
+  };
+
+  StateChunk<T, K> A, Bf;
+  load_state_chunk<T, K>(p, rows(0), K, d, lane, col, A);
+  for (int64_t c = 0;;) {
+    if (c + 1 < c_end) load_state_chunk<T, K>(p, rows(c + 1), K, d, lane, col, Bf);
+    walk(c, A);
+    if (++c >= c_end) break;
+    if (c + 1 < c_end) load_state_chunk<T, K>(p, rows(c + 1), K, d, lane, col, A);
+    walk(c, Bf);
+    if (++c >= c_end) break;
   }
 }
 
