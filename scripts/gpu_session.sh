@@ -25,8 +25,9 @@
 #             bench/peer_scan.py on the same cases -> peer_scan.json
 #   peerbuild only start that build in the background (the peer phase waits for it)
 #   smallbatch bench_scan at B $SMALL_B (default 1 2 4), T 2048 and 8192, d_state 16
-#             (SMALL_CASES), checkpointed-hw with the plan's pieces and with one (:p1, the
-#             A/B in one build), f32 and bf16 -> bench_scan_b<B>.json, and the peer on the
+#             (SMALL_CASES), checkpointed-hw with the plan's pieces, with one (:p1, the
+#             A/B in one build) and with 8/B forced in both directions (the forward's
+#             pieces, off in its plan), f32 and bf16 -> bench_scan_b<B>.json, and the peer on the
 #             same cases when its module is built -> peer_scan_b<B>.json
 #   ncu       Nsight Compute (--clock-control none) on the checkpointed scan kernels at
 #             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
@@ -104,9 +105,12 @@ for p in "${phases[@]}"; do
       if [ -n "$peer_build_pid" ]; then wait "$peer_build_pid"; fi
       so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
       for bb in ${SMALL_B:-1 2 4}; do
+        # :pN with the backward's own count at d_inner 1536 (8 / B) also forces the forward's
+        # pieces, which its plan leaves off until they are measured faster (scan.hpp)
+        np=$(( bb < 8 ? 8 / bb : 1 ))
         run_phase "bench_scan_b$bb" "$build/bench/bench_scan" --json="$out/bench_scan_b$bb.json" \
           --batch=$bb --cases=${SMALL_CASES:-2048:16,8192:16} \
-          --routes=checkpointed-hw,checkpointed-hw:p1 --dtypes=f32,bf16
+          --routes=checkpointed-hw,checkpointed-hw:p1,checkpointed-hw:p$np --dtypes=f32,bf16
         if [ -n "$so" ]; then
           run_phase "peer_scan_b$bb" env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_scan.py" \
             --module "$so" --batch $bb --cases ${SMALL_CASES:-2048:16,8192:16} \

@@ -379,6 +379,12 @@ int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes) {
 // blocks; B 2, d_inner 1536 at d_state 16: 96), in whole stages of the kernel. A piece's walk
 // starts from the state saved before its first chunk, which a state pass writes first
 // (piece_kernels.cuh), so only a forward that saves every chunk's state has pieces.
+// The plan leaves them off: on the one build measured (655d98d, H200) the forward with pieces
+// was slower at B 1, 2 and 4 (its state pass waited on its loads; fixed in 1b18168, not yet
+// measured; docs/performance-notes.md, "2026-12-05, fourth session"). Forced counts
+// (FwdParams::pieces) run them; set this when a measurement shows them faster.
+constexpr bool kFwdPiecesByDefault = false;
+
 FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stage_chunks,
                           bool saves, int64_t checkpoint_group, int64_t forced) {
   const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
@@ -396,8 +402,8 @@ FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stag
   const int64_t n_stage = (s.T + pl.K * stage_chunks - 1) / (pl.K * stage_chunks);
   int64_t want = forced;
   if (want == 0)
-    want = !d16 || !saves || std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1 ||
-                   2 * pl.blocks > slots
+    want = !kFwdPiecesByDefault || !d16 || !saves ||
+                   std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1 || 2 * pl.blocks > slots
                ? 1
                : slots / pl.blocks;
   want = std::max<int64_t>(1, std::min(want, n_stage));

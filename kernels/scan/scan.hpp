@@ -123,8 +123,8 @@ struct FwdParams {
   int64_t checkpoint_group = 1;
   // Checkpointed route, d_state <= 16 lane groups, checkpoints saved with checkpoint_group
   // 1: the pieces of the walk (see "Pieces of the forward" below; 0 = the plan's choice,
-  // 1 = one walk over all T, N > 1 = about N pieces of whole stages). No output's bits
-  // depend on it; for tests and benchmarks that compare.
+  // one piece for now; 1 = one walk over all T; N > 1 = about N pieces of whole stages).
+  // No output's bits depend on it.
   int64_t pieces = 0;
 };
 
@@ -235,8 +235,10 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
 // and a block alone on its SM is latency-bound: the f32 forward took 163 us at B 1 and B 2
 // alike on an H100 (docs/performance-notes.md, "2026-12-05, fourth session"). Where that grid
 // is under half of 3 x 132 blocks and the forward saves every chunk's state (a training
-// forward, checkpoint_group 1), its stages are cut into `pieces` (Geometry::pieces with
-// backward = false), one launch walks them all, and a state pass first runs the recurrence
+// forward, checkpoint_group 1), its stages can be cut into `pieces` (FwdParams::pieces;
+// Geometry::pieces with backward = false; the plan keeps one piece for now: on the one
+// build measured they were slower, host.cu kFwdPiecesByDefault), one launch walks them
+// all, and a state pass first runs the recurrence
 // h_t = exp(δ_t·A)·h_{t-1} + δ_t·u_t·B_t alone (no y, one thread per state) with the
 // forward's arithmetic and writes the state before each piece into that chunk's
 // checkpoint. The piece's walk starts from it and writes it again, so y, every checkpoint

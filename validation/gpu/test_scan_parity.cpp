@@ -497,7 +497,8 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   }
 
   {  // nosave twin: bitwise the same y and final state (one walk: without saved states the
-     // forward has no pieces, scan.hpp "Pieces of the forward")
+     // forward has no pieces, scan.hpp "Pieces of the forward"; in the run with forced
+     // pieces this compares them with one walk)
     DeviceBuffer<float> hf2(size_t(ns), "h_final (nosave)");
     DeviceBuffer<T> y2(size_t(n), "y (nosave)");
     fill_nan(y2);
@@ -1555,17 +1556,13 @@ TEST(ScanContract, TrafficModel) {
   EXPECT_EQ(f2.min_bytes, 3 * BT * di * 2 + 2 * BT * ds * 2 + 4 * (2 * 3 * di * ds + di * ds + di));
   EXPECT_EQ(f2.route_bytes, 0u);
   EXPECT_EQ(scan::forward_traffic(s, Route::Chunked, 4, true).route_bytes, 4 * 3 * 101 * di * ds);
-  // the saved checkpoints, and the state pass of the forward's pieces (3 blocks: 4 pieces of
-  // one 32-step stage, 2 chunks) over the chunks before the last piece's: δ, u, B read again
+  // the saved checkpoints; the plan's forward has one piece (scan.hpp, "Pieces of the
+  // forward"), so no state pass: the one recurrence
   const scan::Geometry g = scan::geometry(s, Route::Checkpointed, false);
-  ASSERT_EQ(g.pieces, 4);
-  ASSERT_EQ(g.piece_chunks, 2);
+  ASSERT_EQ(g.pieces, 1);
   const scan::Traffic f4 = scan::forward_traffic(s, Route::Checkpointed, 4, true);
-  const double walked = 6.0 / double(g.n_ckpt);
-  EXPECT_EQ(f4.route_bytes, 4 * 3 * size_t(g.n_ckpt) * di * ds +
-                                size_t(walked * double(BT * (2 * di + ds) * 4)));
-  EXPECT_DOUBLE_EQ(f4.exps, (1.0 + walked) * double(BT * di * ds));
-  // no saved states, no pieces: the one recurrence
+  EXPECT_EQ(f4.route_bytes, 4 * 3 * size_t(g.n_ckpt) * di * ds);
+  EXPECT_DOUBLE_EQ(f4.exps, double(BT * di * ds));
   EXPECT_DOUBLE_EQ(f2.exps, double(BT * di * ds));
   const scan::Traffic b4 = scan::backward_traffic(s, Route::Checkpointed, 4);
   EXPECT_EQ(b4.min_bytes, 5 * BT * di * 4 + 2 * BT * ds * 4 + 8 * BT * ds + 4 * (3 * di * ds + 3 * di));
@@ -1615,51 +1612,49 @@ TEST(ScanContract, BackwardSegments) {
 // dA_log / dD partial per piece and, in parallel, the carry pass's states. The bits do not
 // depend on how the pieces run: run_gpu compares one launch with segments of 1 and 2
 // chunks, the grouped backward and the other layout on every test shape, all with pieces.
-// Pieces of the forward (scan.hpp): the same rule on the forward's grid, in whole stages of
-// 32 steps (2 chunks), for a forward that saves every chunk's state with the lane-group plan.
-// The bits do not depend on them: run_gpu compares the forward without saved states (one
-// walk), the other layout and forced pieces with the plan's run, byte for byte.
+// Pieces of the forward (scan.hpp): forced counts (FwdParams::pieces) in whole stages of 32
+// steps (2 chunks), for a forward that saves every chunk's state with the lane-group plan; the
+// plan keeps one piece until they are measured faster (host.cu, kFwdPiecesByDefault). The bits
+// do not depend on them: run_gpu holds a forward with two forced pieces to the plan's y,
+// checkpoints and final state, byte for byte, and to the forward that saves nothing.
 TEST(ScanContract, ForwardPieces) {
-  {  // B 8, d_inner 1536: 384 blocks, one piece
-    const scan::Geometry g = scan::geometry(scan::Shape{8, 2048, 1536, 16}, Route::Checkpointed, false);
-    EXPECT_EQ(g.blocks, 384);
+  const auto fwd = [](scan::Shape s, int64_t pieces) {
+    return scan::geometry(s, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, pieces);
+  };
+  const scan::Shape b2{2, 2048, 1536, 16}, b1{1, 2048, 1536, 16};
+  {  // the plan: one piece, at B 8 and at B 2 alike; no state pass in the traffic model
+    EXPECT_EQ(fwd(scan::Shape{8, 2048, 1536, 16}, 0).pieces, 1);
+    const scan::Geometry g = fwd(b2, 0);
+    EXPECT_EQ(g.blocks, 96);
     EXPECT_EQ(g.pieces, 1);
     EXPECT_FALSE(g.parallel_pieces);
+    EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 4, true).exps,
+                     1.0 * 2 * 2048 * 1536 * 16);
   }
-  const scan::Shape b2{2, 2048, 1536, 16}, b1{1, 2048, 1536, 16};
-  {  // B 2: 96 blocks -> 4 pieces of 16 stages (32 chunks), one launch of 384 blocks
-    const scan::Geometry g = scan::geometry(b2, Route::Checkpointed, false);
-    EXPECT_EQ(g.blocks, 96);
+  {  // B 2 forced 4: pieces of 16 stages (32 chunks), one launch of 4 x 96 blocks
+    const scan::Geometry g = fwd(b2, 4);
     EXPECT_EQ(g.pieces, 4);
     EXPECT_EQ(g.piece_chunks, 32);
     EXPECT_TRUE(g.parallel_pieces);
-    // the state pass in the traffic model: one more recurrence over 3 of the 4 pieces
-    EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 4, true).exps,
-                     1.75 * 2 * 2048 * 1536 * 16);
-    EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 4, false).exps,
-                     1.0 * 2 * 2048 * 1536 * 16);
   }
-  {  // B 1: 48 blocks -> 8 pieces of 8 stages
-    const scan::Geometry g = scan::geometry(b1, Route::Checkpointed, false);
+  {  // B 1 forced 8: pieces of 8 stages
+    const scan::Geometry g = fwd(b1, 8);
     EXPECT_EQ(g.pieces, 8);
     EXPECT_EQ(g.piece_chunks, 16);
   }
-  {  // forced: 3 pieces of ceil(64 / 3) = 22 stages; 1 = one walk
-    const scan::Geometry g =
-        scan::geometry(b2, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, 3);
+  {  // forced 3: 3 pieces of ceil(64 / 3) = 22 stages; 1 = one walk
+    const scan::Geometry g = fwd(b2, 3);
     EXPECT_EQ(g.pieces, 3);
     EXPECT_EQ(g.piece_chunks, 44);
-    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, 1).pieces, 1);
+    EXPECT_EQ(fwd(b2, 1).pieces, 1);
   }
-  {  // one piece: grouped saves, the whole-state layout, the tile plan, d_state above 16,
-     // a one-stage sequence
-    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 0, 4).pieces, 1);
-    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::WholeState)
-                  .pieces,
-              1);
-    EXPECT_EQ(scan::geometry(b2, Route::Checkpointed, false, 0, 2).pieces, 1);
-    EXPECT_EQ(scan::geometry(scan::Shape{1, 1024, 64, 64}, Route::Checkpointed, false).pieces, 1);
-    EXPECT_EQ(scan::geometry(scan::Shape{1, 32, 17, 16}, Route::Checkpointed, false).pieces, 1);
+  {  // a one-stage sequence has one piece whatever the count; a count above the stages acts
+     // as the stages, one a piece; the other plans refuse a count above 1
+     // (ScanRefusal.PiecesNamed)
+    EXPECT_EQ(fwd(scan::Shape{1, 32, 17, 16}, 4).pieces, 1);
+    const scan::Geometry g = fwd(scan::Shape{1, 100, 17, 16}, 1000);
+    EXPECT_EQ(g.pieces, 4);
+    EXPECT_EQ(g.piece_chunks, 2);
   }
 }
 
