@@ -46,6 +46,31 @@ struct CkptPieceCarryArgs : StatePassHead<V> {
   float* carry;                 // [n_pieces - 1][2][B, di, ds]: (dh, dAn) entering piece p's walk
 };
 
+// A thread of a 16-lane pass (grid B · carry_blocks_per_sample(di) blocks of kCarryThreads):
+// sample b, channel d, lane = the state n and the step of the chunk whose transform it
+// computes. Lanes past di read d_inner-1's inputs and write nothing (every lane of a warp
+// takes part in its shuffles); lanes past d_state load column 0 and hold no state.
+struct CarryThread {
+  int64_t b, d;
+  int lane;
+  int src0;  // the first lane of this (b, d) in the warp
+  int col;   // the B or C column this lane loads
+  bool live; // the lane holds state (b, d, lane)
+};
+__device__ __forceinline__ CarryThread carry_thread(int64_t di, int64_t ds) {
+  CarryThread t;
+  const int64_t nb = carry_blocks_per_sample(di);
+  t.b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - t.b * nb) * kCarryThreads + int64_t(threadIdx.x);
+  t.lane = int(local % kCarryLanes);
+  t.src0 = int(threadIdx.x % 32) - t.lane;
+  const bool live_d = local / kCarryLanes < di;
+  t.d = live_d ? local / kCarryLanes : di - 1;
+  t.live = live_d && t.lane < ds;
+  t.col = t.live ? t.lane : 0;
+  return t;
+}
+
 // The storage value as f32 (the conversion load_f32 makes).
 __device__ __forceinline__ float as_f32(float v) { return v; }
 __device__ __forceinline__ float as_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -86,17 +111,10 @@ __device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p,
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
   static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
-  const int64_t nb = carry_blocks_per_sample(p.di);
-  const int64_t b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kCarryThreads + int64_t(threadIdx.x);
-  const int lane = int(local % kCarryLanes);  // the state n, and the step of the transform
-  const int src0 = int(threadIdx.x % 32) - lane;  // the first lane of this (b, d) in the warp
-  // lanes past di read d_inner-1's inputs and write nothing: every lane of a warp takes
-  // part in its shuffles
-  const bool live_d = local / kCarryLanes < p.di;
-  const int64_t d = live_d ? local / kCarryLanes : p.di - 1;
-  const bool live = live_d && lane < p.ds;
-  const int col = live ? lane : 0;  // the C column this lane loads
+  const CarryThread th = carry_thread(p.di, p.ds);
+  const int64_t b = th.b, d = th.d;
+  const int lane = th.lane, src0 = th.src0, col = th.col;
+  const bool live = th.live;
 
   const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
   const int64_t state_off = (b * p.di + d) * p.ds + lane;
@@ -197,15 +215,10 @@ __device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p,
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
   static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
-  const int64_t nb = carry_blocks_per_sample(p.di);
-  const int64_t b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kCarryThreads + int64_t(threadIdx.x);
-  const int lane = int(local % kCarryLanes);
-  const int src0 = int(threadIdx.x % 32) - lane;
-  const bool live_d = local / kCarryLanes < p.di;
-  const int64_t d = live_d ? local / kCarryLanes : p.di - 1;
-  const bool live = live_d && lane < p.ds;
-  const int col = live ? lane : 0;
+  const CarryThread th = carry_thread(p.di, p.ds);
+  const int64_t b = th.b, d = th.d;
+  const int lane = th.lane, src0 = th.src0, col = th.col;
+  const bool live = th.live;
 
   const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
   float h = live && p.h0 ? __ldg(p.h0 + (b * p.di + d) * p.ds + lane) : 0.f;
