@@ -125,7 +125,13 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, const FwdPi
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_fwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
-  const dim3 block(unsigned(32 * pl.warps));
+  const bool hw = e == scan::ExpMath::Hardware;
+  // the kernel instance k over `blocks` blocks, named `kname` in its errors
+  auto run = [&](auto* k, int64_t blocks, const std::string& kname) {
+    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, kname.c_str());
+    launch(k, dim3(unsigned(blocks)), dim3(unsigned(32 * pl.warps)), smem, st, a, g);
+    MC_LAUNCH_CHECK(kname.c_str());
+  };
   if (fp.pieces > 1) {
     if constexpr (S == 4 && L == 4) {  // the only plan compiled with pieces
       if (pl.blocks * fp.pieces > int64_t(0x7fffffff))
@@ -133,30 +139,17 @@ void ckpt_forward_s(const scan::FwdParams<T>& p, const CkptPlan& pl, const FwdPi
              "pieces x blocks in one grid");
       launch_piece_state<T>(p, pl, a, fp, st);
       g.piece_stages = int(fp.piece_stages);
-      const dim3 grid(unsigned(pl.blocks * fp.pieces));
-      const std::string pname = name + " pieces";
-      auto* k = e == scan::ExpMath::Hardware
-                    ? &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K, true>
-                    : &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Accurate, K, true>;
-      set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, pname.c_str());
-      launch(k, grid, block, smem, st, a, g);
-      MC_LAUNCH_CHECK(pname.c_str());
-      return;
+      run(hw ? &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K, true>
+             : &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Accurate, K, true>,
+          pl.blocks * fp.pieces, name + " pieces");
     } else {
       throw std::logic_error(name + ": compiled without pieces");
     }
+    return;
   }
-  const dim3 grid(unsigned(pl.blocks));
-  if (e == scan::ExpMath::Hardware) {
-    auto* k = &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K>;
-    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-    launch(k, grid, block, smem, st, a, g);
-  } else {
-    auto* k = &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Accurate, K>;
-    set_smem_limit(reinterpret_cast<const void*>(k), smem, kCkptSmemCap, name.c_str());
-    launch(k, grid, block, smem, st, a, g);
-  }
-  MC_LAUNCH_CHECK(name.c_str());
+  run(hw ? &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Hardware, K>
+         : &ckpt_fwd_kernel<T, S, L, scan::ExpMath::Accurate, K>,
+      pl.blocks, name);
 }
 
 // The tile plan (d_state <= 16): DT channels x 4 states a thread.
@@ -309,17 +302,18 @@ struct RefillPass {
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
 };
-struct PieceCarryPass {
-  static constexpr const char* kName = "ckpt_piece_carry_kernel";
+// The 16-lane passes of the pieces (piece_kernels.cuh): the same grid.
+struct CarryLanesGrid {
   static constexpr int kThreads = kCarryThreads;
   static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
+};
+struct PieceCarryPass : CarryLanesGrid {
+  static constexpr const char* kName = "ckpt_piece_carry_kernel";
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_carry_kernel<T, E, K>; }
 };
-struct PieceStatePass {
+struct PieceStatePass : CarryLanesGrid {
   static constexpr const char* kName = "ckpt_piece_state_kernel";
-  static constexpr int kThreads = kCarryThreads;
-  static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_state_kernel<T, E, K>; }
 };
@@ -342,9 +336,9 @@ void launch_state_pass(const scan::Shape& s, int K, scan::ExpMath e, const Args&
   MC_LAUNCH_CHECK(name.c_str());
 }
 
-// The shape and δ of a per-state pass, as the backward's arguments hold them.
-template <class T>
-StatePassHead<T> state_pass_head(const scan::Shape& s, const CkptBwdArgs<T>& a) {
+// The shape and δ of a per-state pass, as the forward's or the backward's arguments hold them.
+template <class T, class Args>
+StatePassHead<T> state_pass_head(const scan::Shape& s, const Args& a) {
   StatePassHead<T> h;
   h.B = s.B;
   h.T = s.T;
@@ -363,7 +357,7 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
                         const CkptBwdArgs<T>& a, cudaStream_t st) {
   const scan::Shape& s = p.shape;
   CkptPieceCarryArgs<T> r;
-  static_cast<StatePassHead<T>&>(r) = state_pass_head(s, a);
+  static_cast<StatePassHead<T>&>(r) = state_pass_head<T>(s, a);
   r.Cm = a.Cm;
   r.ld_C = a.ld_C;
   r.z = a.z;
@@ -391,13 +385,7 @@ void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
     throw std::logic_error("ckpt_piece_state_kernel: needs d_state <= 16 and every chunk's "
                            "checkpoint");
   CkptPieceStateArgs<T> r;
-  r.B = s.B;
-  r.T = s.T;
-  r.di = s.di;
-  r.ds = s.ds;
-  r.delta = a.delta;
-  r.ld_delta = a.ld_delta;
-  r.delta_bias = a.delta_bias;
+  static_cast<StatePassHead<T>&>(r) = state_pass_head<T>(s, a);
   r.u = a.u;
   r.ld_u = a.ld_u;
   r.Bm = a.Bm;
@@ -418,7 +406,7 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
                    cudaStream_t st) {
   const scan::Shape& s = p.shape;
   CkptRefillArgs<T> r;
-  static_cast<StatePassHead<T>&>(r) = state_pass_head(s, a);
+  static_cast<StatePassHead<T>&>(r) = state_pass_head<T>(s, a);
   r.u = a.u;
   r.ld_u = a.ld_u;
   r.Bm = a.Bm;

@@ -349,6 +349,20 @@ int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
   return (pl.n_ckpt + g - 1) / g;
 }
 
+// The pieces both directions ask for, over `units` (chunks or stages) of a plan with `blocks`
+// blocks: `forced` when given (ConfigError when negative, or above 1 where `no_pieces` names
+// why the plan has none), else about 3 · kPlanSMs / blocks where the plan has pieces,
+// `by_default` and its grid fills under half of those slots; clamped to 1 .. units.
+static int64_t wanted_pieces(int64_t blocks, int64_t units, int64_t forced,
+                             const char* no_pieces, bool by_default) {
+  if (forced < 0) fail("scan", "pieces", forced, ">=", 0, "0 = the plan's choice");
+  if (forced > 1 && no_pieces) fail("scan", "pieces", forced, "<=", 1, no_pieces);
+  const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
+  const int64_t want =
+      forced ? forced : (no_pieces || !by_default || 2 * blocks > slots ? 1 : slots / blocks);
+  return std::max<int64_t>(1, std::min(want, units));
+}
+
 // The backward's pieces (scan.hpp, "Pieces of the backward"): where the one-channel
 // backward has blocks for less than half of the 3 · kPlanSMs slots (B 2, d_inner 1536 at
 // d_state 16: 96 blocks), its chunks are cut into about 3 · kPlanSMs / blocks pieces, which
@@ -359,15 +373,10 @@ int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
 // A pure function of the shape and the plan, like the plan itself.
 // `forced`: BwdParams::pieces (0 = this choice).
 static int64_t ckpt_piece_chunks(const CkptPlan& pl, int64_t forced) {
-  const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
   const bool d16 = pl.whole || (pl.dt == 0 && pl.S == 4 && pl.lanes == 4);  // compiled for them
-  if (forced < 0) fail("scan", "pieces", forced, ">=", 0, "0 = the plan's choice");
-  if (forced > 1 && !d16)
-    fail("scan", "pieces", forced, "<=", 1,
-         "pieces serve the d_state <= 16 plan of one channel a thread");
-  int64_t want = forced;
-  if (want == 0) want = !d16 || 2 * pl.blocks > slots ? 1 : slots / pl.blocks;  // >= 2 if d16
-  want = std::max<int64_t>(1, std::min(want, pl.n_ckpt));
+  const int64_t want = wanted_pieces(
+      pl.blocks, pl.n_ckpt, forced,
+      d16 ? nullptr : "pieces serve the d_state <= 16 plan of one channel a thread", true);
   return (pl.n_ckpt + want - 1) / want;
 }
 
@@ -387,26 +396,16 @@ constexpr bool kFwdPiecesByDefault = false;
 
 FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stage_chunks,
                           bool saves, int64_t checkpoint_group, int64_t forced) {
-  const int64_t slots = kCkptBwdMinBlocks * kPlanSMs;
   const bool d16 = !pl.whole && pl.dt == 0 && pl.S == 4 && pl.lanes == 4;  // compiled for it
-  if (forced < 0) fail("scan", "pieces", forced, ">=", 0, "0 = the plan's choice");
-  if (forced > 1 && !d16)
-    fail("scan", "pieces", forced, "<=", 1,
-         "the forward's pieces serve the d_state <= 16 lane-group plan");
-  if (forced > 1 && !saves)
-    fail("scan", "pieces", forced, "<=", 1,
-         "the forward's pieces start from saved checkpoints (saved is null)");
-  if (forced > 1 && std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1)
-    fail("scan", "pieces", forced, "<=", 1,
-         "the forward's pieces need every chunk's state saved (checkpoint_group 1)");
+  const char* no_pieces =
+      !d16    ? "the forward's pieces serve the d_state <= 16 lane-group plan"
+      : !saves ? "the forward's pieces start from saved checkpoints (saved is null)"
+      : std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1
+          ? "the forward's pieces need every chunk's state saved (checkpoint_group 1)"
+          : nullptr;
   const int64_t n_stage = (s.T + pl.K * stage_chunks - 1) / (pl.K * stage_chunks);
-  int64_t want = forced;
-  if (want == 0)
-    want = !kFwdPiecesByDefault || !d16 || !saves ||
-                   std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1 || 2 * pl.blocks > slots
-               ? 1
-               : slots / pl.blocks;
-  want = std::max<int64_t>(1, std::min(want, n_stage));
+  const int64_t want =
+      wanted_pieces(pl.blocks, n_stage, forced, no_pieces, kFwdPiecesByDefault);
   FwdPieces fp;
   fp.piece_stages = (n_stage + want - 1) / want;
   fp.pieces = (n_stage + fp.piece_stages - 1) / fp.piece_stages;

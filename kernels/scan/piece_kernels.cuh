@@ -48,16 +48,21 @@ struct CkptPieceCarryArgs : StatePassHead<V> {
 
 // A thread of a 16-lane pass (grid B · carry_blocks_per_sample(di) blocks of kCarryThreads):
 // sample b, channel d, lane = the state n and the step of the chunk whose transform it
-// computes. Lanes past di read d_inner-1's inputs and write nothing (every lane of a warp
-// takes part in its shuffles); lanes past d_state load column 0 and hold no state.
+// computes, with its state's coefficient and its channel's Δ bias. Lanes past di read
+// d_inner-1's inputs and write nothing (every lane of a warp takes part in its shuffles);
+// lanes past d_state load column 0 and hold no state.
 struct CarryThread {
   int64_t b, d;
   int lane;
-  int src0;  // the first lane of this (b, d) in the warp
-  int col;   // the B or C column this lane loads
-  bool live; // the lane holds state (b, d, lane)
+  int src0;    // the first lane of this (b, d) in the warp
+  int col;     // the B or C column this lane loads
+  bool live;   // the lane holds state (b, d, lane)
+  float a;     // exp_coef(A[d, lane]) (0 without state)
+  float bias;  // delta_bias[d] (0 without)
 };
-__device__ __forceinline__ CarryThread carry_thread(int64_t di, int64_t ds) {
+template <scan::ExpMath E>
+__device__ __forceinline__ CarryThread carry_thread(int64_t di, int64_t ds, const float* a_neg,
+                                                    const float* delta_bias) {
   CarryThread t;
   const int64_t nb = carry_blocks_per_sample(di);
   t.b = int64_t(blockIdx.x) / nb;
@@ -68,7 +73,23 @@ __device__ __forceinline__ CarryThread carry_thread(int64_t di, int64_t ds) {
   t.d = live_d ? local / kCarryLanes : di - 1;
   t.live = live_d && t.lane < ds;
   t.col = t.live ? t.lane : 0;
+  t.a = t.live ? exp_coef<E>(__ldg(a_neg + t.d * ds + t.lane)) : 0.f;
+  t.bias = delta_bias ? __ldg(delta_bias + t.d) : 0.f;
   return t;
+}
+
+// The row of a chunk starting at r0 that a lane loads for step k: rows at or past nk (past T)
+// read r0, and the walk zeroes what they give.
+__device__ __forceinline__ int64_t chunk_row(int64_t r0, int nk, int k) {
+  return r0 + (k < nk ? k : 0);
+}
+
+// Column `col` of the chunk's K rows of m [rows, ld], in the storage type.
+template <class T, int K>
+__device__ __forceinline__ void load_chunk_column(const T* m, int64_t ld, int64_t r0, int nk,
+                                                  int col, T (&out)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) out[k] = __ldg(m + chunk_row(r0, nk, k) * ld + col);
 }
 
 // The storage value as f32 (the conversion load_f32 makes).
@@ -96,12 +117,11 @@ template <class T, int K>
 __device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p, int64_t r0,
                                                  int nk, int64_t d, int lane, int col,
                                                  CarryChunk<T, K>& in) {
-  const int64_t r = r0 + (lane < nk ? lane : 0);
+  const int64_t r = chunk_row(r0, nk, lane);
   in.x = __ldg(p.delta + r * p.ld_delta + d);
   in.g = __ldg(p.dy + r * p.ld_dy + d);
   if (p.z) in.zv = __ldg(p.z + r * p.ld_z + d);
-#pragma unroll
-  for (int k = 0; k < K; ++k) in.cv[k] = __ldg(p.Cm + (r0 + (k < nk ? k : 0)) * p.ld_C + col);
+  load_chunk_column<T, K>(p.Cm, p.ld_C, r0, nk, col, in.cv);
 }
 
 // grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
@@ -111,16 +131,15 @@ __device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p,
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
   static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
-  const CarryThread th = carry_thread(p.di, p.ds);
+  const CarryThread th = carry_thread<E>(p.di, p.ds, p.a_neg, p.delta_bias);
   const int64_t b = th.b, d = th.d;
   const int lane = th.lane, src0 = th.src0, col = th.col;
   const bool live = th.live;
+  const float a = th.a, bias = th.bias;
 
-  const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
   const int64_t state_off = (b * p.di + d) * p.ds + lane;
   float dh = live && p.dh_final ? __ldg(p.dh_final + state_off) : 0.f;
   float dAn = 1.f;
-  const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.B * p.di * p.ds;
   const int64_t last = p.n_ckpt - 1;  // the walk's first chunk (it may end past T)
   const int last_nk = int(p.T - last * K);
@@ -201,11 +220,10 @@ template <class T, int K>
 __device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p, int64_t r0,
                                                  int nk, int64_t d, int lane, int col,
                                                  StateChunk<T, K>& in) {
-  const int64_t r = r0 + (lane < nk ? lane : 0);
+  const int64_t r = chunk_row(r0, nk, lane);
   in.x = __ldg(p.delta + r * p.ld_delta + d);
   in.uv = __ldg(p.u + r * p.ld_u + d);
-#pragma unroll
-  for (int k = 0; k < K; ++k) in.bv[k] = __ldg(p.Bm + (r0 + (k < nk ? k : 0)) * p.ld_B + col);
+  load_chunk_column<T, K>(p.Bm, p.ld_B, r0, nk, col, in.bv);
 }
 
 // grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
@@ -215,14 +233,13 @@ __device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p,
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
   static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
-  const CarryThread th = carry_thread(p.di, p.ds);
+  const CarryThread th = carry_thread<E>(p.di, p.ds, p.a_neg, p.delta_bias);
   const int64_t b = th.b, d = th.d;
   const int lane = th.lane, src0 = th.src0, col = th.col;
   const bool live = th.live;
+  const float a = th.a, bias = th.bias;
 
-  const float a = live ? exp_coef<E>(__ldg(p.a_neg + d * p.ds + lane)) : 0.f;
   float h = live && p.h0 ? __ldg(p.h0 + (b * p.di + d) * p.ds + lane) : 0.f;
-  const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t n_pieces = (p.n_ckpt + p.piece_chunks - 1) / p.piece_chunks;
   const int64_t c_end = (n_pieces - 1) * p.piece_chunks;  // the last piece's first chunk
   // ckpt[b, c, d, lane]
