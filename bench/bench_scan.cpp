@@ -636,7 +636,8 @@ void set_counters(benchmark::State& st, const ScanBench& g, const ScanCase& c, d
     // the forward's pieces (scan.hpp), for the training forward this case runs
     const scan::Geometry fg =
         scan::geometry(scan::Shape{g.B, c.T, g.di, c.ds}, c.run.route, false, g_partial_budget,
-                       c.run.cpt, c.run.group, c.run.layout, fwd_pieces_of(c.run));
+                       c.run.cpt, c.run.group, c.run.layout, fwd_pieces_of(c.run),
+                       elem_bytes(c.dtype));
     st.counters["fwd_pieces"] = Counter(double(fg.pieces));
   }
   if (c.run.route == scan::Route::Checkpointed && has_bwd(c.op)) {

@@ -69,15 +69,16 @@ CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t part
 // The forward's pieces (scan.hpp, "Pieces of the forward"): stages of `stage_chunks` chunks
 // (the forward kernel's steps per stage / K) per piece, and the pieces. One piece unless the
 // plan is the d_state <= 16 one-channel lane plan, the forward saves its checkpoints
-// (`saves`) and every chunk's (checkpoint_group 1), and the grid is under half of the
-// 3 · kPlanSMs slots. `forced`: scan::FwdParams::pieces (0 = this choice; ConfigError when
+// (`saves`) and every chunk's (checkpoint_group 1), the storage is 2-byte (bf16/f16: the
+// only storage measured faster with them) and the grid is under half of the 3 · kPlanSMs
+// slots. `elem_bytes`: the storage's element size (4 f32, 2 bf16/f16). `forced`: scan::FwdParams::pieces (0 = this choice; ConfigError when
 // negative, or above 1 where the forward has no pieces).
 struct FwdPieces {
   int64_t pieces = 1;
   int64_t piece_stages = 0;  // stages per piece (all of them with one piece)
   int64_t piece_chunks = 0;  // chunks per piece = piece_stages · stage_chunks
 };
-FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stage_chunks,
+FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, size_t elem_bytes,
                           bool saves, int64_t checkpoint_group, int64_t forced);
 // Chunks per stage of the forward's lane-plan kernel (ckpt_fwd_stage of ckpt_kernels.cuh).
 int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes);

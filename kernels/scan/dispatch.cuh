@@ -216,7 +216,7 @@ template <class T>
 void ckpt_forward(const scan::FwdParams<T>& p, cudaStream_t st) {
   const CkptPlan pl = ckpt_plan(p.shape, false, p.channels_per_thread, p.layout);
   // validates p.pieces on every plan; more than one only on the (4, 4) lane plan
-  const FwdPieces fp = ckpt_fwd_pieces(p.shape, pl, ckpt_fwd_stage_chunks(pl, sizeof(T)),
+  const FwdPieces fp = ckpt_fwd_pieces(p.shape, pl, sizeof(T),
                                        p.saved != nullptr, p.checkpoint_group, p.pieces);
   if (pl.whole) {
     whole_forward<T>(p, pl, st);

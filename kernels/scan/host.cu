@@ -91,7 +91,7 @@ int64_t max_checkpoint_group(const Shape& s, Route r, size_t bytes, int channels
 
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
                   int channels_per_thread, int64_t checkpoint_group, FwdLayout layout,
-                  int64_t pieces) {
+                  int64_t pieces, int elem_bytes) {
   check_shape(s, r);
   scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
   Geometry g;
@@ -119,9 +119,12 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
       g.piece_chunks = sg.piece_chunks;
       g.parallel_pieces = sg.parallel;
       g.refills = sg.refill() ? (pl.n_ckpt + sg.group - 1) / sg.group : 0;
-    } else {  // a training forward (checkpoints saved); f32 storage's stages
+    } else {  // a training forward (checkpoints saved) with elem_bytes storage
+      if (elem_bytes != 2 && elem_bytes != 4)
+        throw ConfigError("scan::geometry: elem_bytes = " + std::to_string(elem_bytes) +
+                          " is no storage's element size (4 for f32, 2 for bf16/f16)");
       const scan_detail::FwdPieces fp = scan_detail::ckpt_fwd_pieces(
-          s, pl, scan_detail::ckpt_fwd_stage_chunks(pl, 4), true, checkpoint_group, pieces);
+          s, pl, size_t(elem_bytes), true, checkpoint_group, pieces);
       g.pieces = fp.pieces;
       g.piece_chunks = fp.piece_chunks;
       g.parallel_pieces = fp.pieces > 1;
@@ -151,8 +154,8 @@ Traffic forward_traffic(const Shape& s, Route r, int e, bool save, int64_t check
     // pieces: the state pass reads δ, u and B of every chunk before the last piece's (its
     // checkpoint writes are the forward's own) and runs their recurrence once more
     const scan_detail::CkptPlan pl = scan_detail::ckpt_plan(s, false);
-    const scan_detail::FwdPieces fp = scan_detail::ckpt_fwd_pieces(
-        s, pl, scan_detail::ckpt_fwd_stage_chunks(pl, size_t(e)), true, checkpoint_group, 0);
+    const scan_detail::FwdPieces fp =
+        scan_detail::ckpt_fwd_pieces(s, pl, size_t(e), true, checkpoint_group, 0);
     if (fp.pieces > 1) {
       const double walked = double((fp.pieces - 1) * fp.piece_chunks) / double(pl.n_ckpt);
       t.route_bytes += size_t(walked * BT * (2 * di + ds) * e);
@@ -388,13 +391,14 @@ int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes) {
 // blocks; B 2, d_inner 1536 at d_state 16: 96), in whole stages of the kernel. A piece's walk
 // starts from the state saved before its first chunk, which a state pass writes first
 // (piece_kernels.cuh), so only a forward that saves every chunk's state has pieces.
-// The plan leaves them off: on the one build measured (655d98d, H200) the forward with pieces
-// was slower at B 1, 2 and 4 (its state pass waited on its loads; fixed in 1b18168, not yet
-// measured; docs/performance-notes.md, "2026-12-05, fourth session"). Forced counts
-// (FwdParams::pieces) run them; set this when a measurement shows them faster.
-constexpr bool kFwdPiecesByDefault = false;
+// The plan takes them with 2-byte storage only. Measured (H100, build 60aa8b0, T 2048, d_state
+// 16, d_inner 1536; docs/performance-notes.md, "2026-12-05, fifth session"), forward µs with
+// the plan's pieces against one walk: bf16 115 / 203 (B 1), 145 / 205 (B 2), 213 / 229 (B 4);
+// f32 158 / 162, 182 / 163, 226 / 210, so f32 keeps one walk. Forced counts
+// (FwdParams::pieces) run them with either storage.
+static bool fwd_pieces_by_default(size_t elem_bytes) { return elem_bytes == 2; }
 
-FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stage_chunks,
+FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, size_t elem_bytes,
                           bool saves, int64_t checkpoint_group, int64_t forced) {
   const bool d16 = !pl.whole && pl.dt == 0 && pl.S == 4 && pl.lanes == 4;  // compiled for it
   const char* no_pieces =
@@ -403,9 +407,10 @@ FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, int64_t stag
       : std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1
           ? "the forward's pieces need every chunk's state saved (checkpoint_group 1)"
           : nullptr;
+  const int64_t stage_chunks = ckpt_fwd_stage_chunks(pl, elem_bytes);
   const int64_t n_stage = (s.T + pl.K * stage_chunks - 1) / (pl.K * stage_chunks);
-  const int64_t want =
-      wanted_pieces(pl.blocks, n_stage, forced, no_pieces, kFwdPiecesByDefault);
+  const int64_t want = wanted_pieces(pl.blocks, n_stage, forced, no_pieces,
+                                     fwd_pieces_by_default(elem_bytes));
   FwdPieces fp;
   fp.piece_stages = (n_stage + want - 1) / want;
   fp.pieces = (n_stage + fp.piece_stages - 1) / fp.piece_stages;

@@ -235,9 +235,10 @@ BwdParams<T> backward_of(const FwdParams<T>& f) {
 // and a block alone on its SM is latency-bound: the f32 forward took 163 us at B 1 and B 2
 // alike on an H100 (docs/performance-notes.md, "2026-12-05, fourth session"). Where that grid
 // is under half of 3 x 132 blocks and the forward saves every chunk's state (a training
-// forward, checkpoint_group 1), its stages can be cut into `pieces` (FwdParams::pieces;
-// Geometry::pieces with backward = false; the plan keeps one piece for now: on the one
-// build measured they were slower, host.cu kFwdPiecesByDefault), one launch walks them
+// forward, checkpoint_group 1), its stages can be cut into about 3 x 132 / blocks pieces
+// (FwdParams::pieces forces a count; Geometry::pieces with backward = false and the
+// storage's elem_bytes). The plan takes them with bf16/f16 storage only, the storage
+// measured faster with them (host.cu, fwd_pieces_by_default). One launch walks them
 // all, and a state pass first runs the recurrence
 // h_t = exp(δ_t·A)·h_{t-1} + δ_t·u_t·B_t alone (no y, one thread per state) with the
 // forward's arithmetic and writes the state before each piece into that chunk's
@@ -305,9 +306,11 @@ struct Geometry {
 // bits do not depend on the device); `channels_per_thread` overrides it.
 // At d_state <= 16 the forward's one-channel plan may hold a channel's whole state in one
 // thread (FwdLayout; `layout` forces it): lanes 1, states 16, 32 threads a block.
+// `elem_bytes`: the storage's element size (4 f32, 2 bf16/f16; ConfigError otherwise), which
+// sets the forward's pieces (the backward's do not depend on it).
 Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget = 0,
                   int channels_per_thread = 0, int64_t checkpoint_group = 1,
-                  FwdLayout layout = FwdLayout::Auto, int64_t pieces = 0);
+                  FwdLayout layout = FwdLayout::Auto, int64_t pieces = 0, int elem_bytes = 4);
 
 // ---- entry points ----------------------------------------------------------------
 // Validate (mc::ConfigError naming field, value and limit) and launch on `stream`.

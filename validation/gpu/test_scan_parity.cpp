@@ -497,8 +497,9 @@ ScanOutputs<float> run_gpu(const ScanInputs& in, const RouteRun& run) {
   }
 
   {  // nosave twin: bitwise the same y and final state (one walk: without saved states the
-     // forward has no pieces, scan.hpp "Pieces of the forward"; in the run with forced
-     // pieces this compares them with one walk)
+     // forward has no pieces, scan.hpp "Pieces of the forward"; in the runs with pieces, the
+     // bf16/f16 plan's on these small grids and the forced ones, this compares them with one
+     // walk)
     DeviceBuffer<float> hf2(size_t(ns), "h_final (nosave)");
     DeviceBuffer<T> y2(size_t(n), "y (nosave)");
     fill_nan(y2);
@@ -1609,24 +1610,49 @@ TEST(ScanContract, BackwardSegments) {
 // dA_log / dD partial per piece and, in parallel, the carry pass's states. The bits do not
 // depend on how the pieces run: run_gpu compares one launch with segments of 1 and 2
 // chunks, the grouped backward and the other layout on every test shape, all with pieces.
-// Pieces of the forward (scan.hpp): forced counts (FwdParams::pieces) in whole stages of 32
-// steps (2 chunks), for a forward that saves every chunk's state with the lane-group plan; the
-// plan keeps one piece until they are measured faster (host.cu, kFwdPiecesByDefault). The bits
-// do not depend on them: run_gpu holds a forward with two forced pieces to the plan's y,
-// checkpoints and final state, byte for byte, and to the forward that saves nothing.
+// Pieces of the forward (scan.hpp): in whole stages of 32 steps (2 chunks), for a forward
+// that saves every chunk's state with the lane-group plan; the plan takes them with 2-byte
+// storage only (host.cu, fwd_pieces_by_default), and forced counts (FwdParams::pieces) run
+// them with either. The bits do not depend on them: run_gpu holds a forward with two forced
+// pieces to the plan's y, checkpoints and final state, byte for byte, and to the forward
+// that saves nothing.
 TEST(ScanContract, ForwardPieces) {
-  const auto fwd = [](scan::Shape s, int64_t pieces) {
-    return scan::geometry(s, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, pieces);
+  const auto fwd = [](scan::Shape s, int64_t pieces, int elem_bytes = 4) {
+    return scan::geometry(s, Route::Checkpointed, false, 0, 0, 1, scan::FwdLayout::Auto, pieces,
+                          elem_bytes);
   };
-  const scan::Shape b2{2, 2048, 1536, 16}, b1{1, 2048, 1536, 16};
-  {  // the plan: one piece, at B 8 and at B 2 alike; no state pass in the traffic model
+  const scan::Shape b2{2, 2048, 1536, 16}, b1{1, 2048, 1536, 16}, b4{4, 2048, 1536, 16};
+  {  // f32 storage: one piece at every B; no state pass in the traffic model
     EXPECT_EQ(fwd(scan::Shape{8, 2048, 1536, 16}, 0).pieces, 1);
     const scan::Geometry g = fwd(b2, 0);
     EXPECT_EQ(g.blocks, 96);
     EXPECT_EQ(g.pieces, 1);
     EXPECT_FALSE(g.parallel_pieces);
+    EXPECT_EQ(fwd(b1, 0).pieces, 1);
     EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 4, true).exps,
                      1.0 * 2 * 2048 * 1536 * 16);
+  }
+  {  // 2-byte storage: about 396 / blocks pieces where the grid is under 198 blocks (B 1: 8,
+     // B 2: 4, B 4: 2 of 192 blocks), none at B 8 (384 blocks)
+    EXPECT_EQ(fwd(scan::Shape{8, 2048, 1536, 16}, 0, 2).pieces, 1);
+    EXPECT_EQ(fwd(b1, 0, 2).pieces, 8);
+    EXPECT_EQ(fwd(b4, 0, 2).pieces, 2);
+    const scan::Geometry g = fwd(b2, 0, 2);
+    EXPECT_EQ(g.pieces, 4);
+    EXPECT_EQ(g.piece_chunks, 32);
+    EXPECT_TRUE(g.parallel_pieces);
+    // the state pass in the traffic model: the recurrence once more over 3 of the 4 pieces,
+    // reading their δ, u (d_inner columns) and B (d_state columns) in 2-byte storage
+    const scan::Traffic t = scan::forward_traffic(b2, Route::Checkpointed, 2, true);
+    const scan::Traffic t1 = scan::forward_traffic(b2, Route::Checkpointed, 4, true);
+    EXPECT_DOUBLE_EQ(t.exps, 1.75 * 2 * 2048 * 1536 * 16);
+    EXPECT_EQ(t.route_bytes - t1.route_bytes,
+              size_t(0.75 * 2 * 2048 * (2 * 1536 + 16) * 2));
+    // without saved states (the inference forward) nothing to start the pieces from
+    EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 2, false).exps,
+                     1.0 * 2 * 2048 * 1536 * 16);
+    // an element size that is no storage's is refused, naming it
+    EXPECT_THROW(fwd(b2, 0, 3), ConfigError);
   }
   {  // B 2 forced 4: pieces of 16 stages (32 chunks), one launch of 4 x 96 blocks
     const scan::Geometry g = fwd(b2, 4);
