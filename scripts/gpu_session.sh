@@ -27,7 +27,7 @@
 #   smallbatch bench_scan at B $SMALL_B (default 1 2 4), T 2048 and 8192, d_state 16
 #             (SMALL_CASES), checkpointed-hw with the plan's pieces, with one (:p1, the
 #             A/B in one build) and with 8/B forced in both directions (the forward's
-#             pieces, off in its plan), f32 and bf16 -> bench_scan_b<B>.json, and the peer on the
+#             pieces, which its plan gives bf16/f16 only), f32 and bf16 -> bench_scan_b<B>.json, and the peer on the
 #             same cases when its module is built -> peer_scan_b<B>.json
 #   ncu       Nsight Compute (--clock-control none) on the checkpointed scan kernels at
 #             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
@@ -106,7 +106,7 @@ for p in "${phases[@]}"; do
       so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
       for bb in ${SMALL_B:-1 2 4}; do
         # :pN with the backward's own count at d_inner 1536 (8 / B) also forces the forward's
-        # pieces, which its plan leaves off until they are measured faster (scan.hpp)
+        # pieces, which its plan gives bf16/f16 storage only (scan.hpp)
         np=$(( bb < 8 ? 8 / bb : 1 ))
         run_phase "bench_scan_b$bb" "$build/bench/bench_scan" --json="$out/bench_scan_b$bb.json" \
           --batch=$bb --cases=${SMALL_CASES:-2048:16,8192:16} \

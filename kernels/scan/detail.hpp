@@ -71,8 +71,9 @@ CkptSegments ckpt_segments(const scan::Shape& s, const CkptPlan& pl, size_t part
 // plan is the d_state <= 16 one-channel lane plan, the forward saves its checkpoints
 // (`saves`) and every chunk's (checkpoint_group 1), the storage is 2-byte (bf16/f16: the
 // only storage measured faster with them) and the grid is under half of the 3 · kPlanSMs
-// slots. `elem_bytes`: the storage's element size (4 f32, 2 bf16/f16). `forced`: scan::FwdParams::pieces (0 = this choice; ConfigError when
-// negative, or above 1 where the forward has no pieces).
+// slots. `elem_bytes`: the storage's element size (4 f32, 2 bf16/f16), which also sets the
+// stage. `forced`: scan::FwdParams::pieces (0 = this choice; ConfigError when negative, or
+// above 1 where the forward has no pieces).
 struct FwdPieces {
   int64_t pieces = 1;
   int64_t piece_stages = 0;  // stages per piece (all of them with one piece)
@@ -80,8 +81,6 @@ struct FwdPieces {
 };
 FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, size_t elem_bytes,
                           bool saves, int64_t checkpoint_group, int64_t forced);
-// Chunks per stage of the forward's lane-plan kernel (ckpt_fwd_stage of ckpt_kernels.cuh).
-int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes);
 // The sequential launches of a group's chunks g_lo .. g_hi-1, last first: each covers whole
 // chunks of one piece, at most sg.chunks of them. fn(c_lo, c_hi) per launch.
 template <class Fn>

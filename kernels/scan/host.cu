@@ -352,6 +352,13 @@ int64_t ckpt_saved_per_sample(const CkptPlan& pl, int64_t checkpoint_group) {
   return (pl.n_ckpt + g - 1) / g;
 }
 
+// The d_state <= 16 lane-group plan of one channel a thread (4 lanes of 4 states), the one
+// plan both directions' kernels are compiled with pieces for (the backward's whole-state
+// layout too).
+static bool is_d16_lane_plan(const CkptPlan& pl) {
+  return !pl.whole && pl.dt == 0 && pl.S == 4 && pl.lanes == 4;
+}
+
 // The pieces both directions ask for, over `units` (chunks or stages) of a plan with `blocks`
 // blocks: `forced` when given (ConfigError when negative, or above 1 where `no_pieces` names
 // why the plan has none), else about 3 · kPlanSMs / blocks where the plan has pieces,
@@ -376,14 +383,15 @@ static int64_t wanted_pieces(int64_t blocks, int64_t units, int64_t forced,
 // A pure function of the shape and the plan, like the plan itself.
 // `forced`: BwdParams::pieces (0 = this choice).
 static int64_t ckpt_piece_chunks(const CkptPlan& pl, int64_t forced) {
-  const bool d16 = pl.whole || (pl.dt == 0 && pl.S == 4 && pl.lanes == 4);  // compiled for them
+  const bool d16 = pl.whole || is_d16_lane_plan(pl);  // compiled for them
   const int64_t want = wanted_pieces(
       pl.blocks, pl.n_ckpt, forced,
       d16 ? nullptr : "pieces serve the d_state <= 16 plan of one channel a thread", true);
   return (pl.n_ckpt + want - 1) / want;
 }
 
-int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes) {
+// Chunks per stage of the forward's lane-plan kernel (ckpt_fwd_stage of ckpt_kernels.cuh).
+static int64_t ckpt_fwd_stage_chunks(const CkptPlan& pl, size_t elem_bytes) {
   return pl.dt == 0 && !pl.whole ? ckpt_fwd_stage(pl.ds_pad, pl.K, elem_bytes) : 1;
 }
 
@@ -400,9 +408,8 @@ static bool fwd_pieces_by_default(size_t elem_bytes) { return elem_bytes == 2; }
 
 FwdPieces ckpt_fwd_pieces(const scan::Shape& s, const CkptPlan& pl, size_t elem_bytes,
                           bool saves, int64_t checkpoint_group, int64_t forced) {
-  const bool d16 = !pl.whole && pl.dt == 0 && pl.S == 4 && pl.lanes == 4;  // compiled for it
   const char* no_pieces =
-      !d16    ? "the forward's pieces serve the d_state <= 16 lane-group plan"
+      !is_d16_lane_plan(pl) ? "the forward's pieces serve the d_state <= 16 lane-group plan"
       : !saves ? "the forward's pieces start from saved checkpoints (saved is null)"
       : std::min<int64_t>(checkpoint_group, pl.n_ckpt) > 1
           ? "the forward's pieces need every chunk's state saved (checkpoint_group 1)"

@@ -105,6 +105,24 @@ __device__ __forceinline__ float as_f32(__half v) { return __half2float(v); }
 // rows past T and lanes past d_state read row / column 0 of the chunk, and the walk zeroes
 // them, so the arithmetic is that of zero inputs there.
 
+// The chunks c = first, first + dir, ... (n of them, n >= 1) through two buffers of type
+// Chunk: chunk i + 1's loads go into the other buffer before chunk i is walked.
+// load(c, buffer) issues chunk c's loads; walk(c, buffer) walks chunk c from them.
+template <class Chunk, class Load, class Walk>
+__device__ __forceinline__ void walk_chunks_ping_pong(int64_t first, int64_t n, int dir,
+                                                      const Load& load, const Walk& walk) {
+  Chunk a, b;
+  load(first, a);
+  for (int64_t i = 0;;) {
+    if (i + 1 < n) load(first + dir * (i + 1), b);
+    walk(first + dir * i, a);
+    if (++i >= n) return;
+    if (i + 1 < n) load(first + dir * (i + 1), a);
+    walk(first + dir * i, b);
+    if (++i >= n) return;
+  }
+}
+
 // One chunk's inputs as one lane holds them: the transform inputs of step `lane` of the
 // chunk (δ or Δraw, dy, z) and its own state's C column for all K steps.
 template <class T, int K>
@@ -175,16 +193,13 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPie
     --to_edge;
   };
 
-  CarryChunk<T, K> A, Bf;
-  load_carry_chunk<T, K>(p, rows(last), steps(last), d, lane, col, A);
-  for (int64_t c = last;;) {
-    if (c - 1 >= p.piece_chunks) load_carry_chunk<T, K>(p, rows(c - 1), K, d, lane, col, Bf);
-    walk(c, A);
-    if (--c < p.piece_chunks) break;
-    if (c - 1 >= p.piece_chunks) load_carry_chunk<T, K>(p, rows(c - 1), K, d, lane, col, A);
-    walk(c, Bf);
-    if (--c < p.piece_chunks) break;
-  }
+  // chunks last down to piece_chunks
+  walk_chunks_ping_pong<CarryChunk<T, K>>(
+      last, last - p.piece_chunks + 1, -1,
+      [&](int64_t c, CarryChunk<T, K>& in) {
+        load_carry_chunk<T, K>(p, rows(c), steps(c), d, lane, col, in);
+      },
+      walk);
 }
 
 // ---- the forward's pieces --------------------------------------------------------------
@@ -269,16 +284,13 @@ __global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPie
     --to_edge;
   };
 
-  StateChunk<T, K> A, Bf;
-  load_state_chunk<T, K>(p, rows(0), K, d, lane, col, A);
-  for (int64_t c = 0;;) {
-    if (c + 1 < c_end) load_state_chunk<T, K>(p, rows(c + 1), K, d, lane, col, Bf);
-    walk(c, A);
-    if (++c >= c_end) break;
-    if (c + 1 < c_end) load_state_chunk<T, K>(p, rows(c + 1), K, d, lane, col, A);
-    walk(c, Bf);
-    if (++c >= c_end) break;
-  }
+  // chunks 0 up to c_end - 1
+  walk_chunks_ping_pong<StateChunk<T, K>>(
+      0, c_end, 1,
+      [&](int64_t c, StateChunk<T, K>& in) {
+        load_state_chunk<T, K>(p, rows(c), K, d, lane, col, in);
+      },
+      walk);
 }
 
 }  // namespace mc::kern::scan_detail
