@@ -8,7 +8,7 @@
 //   for t: dA = exp(δ_t·A[n]); h[n] = dA·h[n] + (δ_t·u_t)·Bm[b,t,n]
 //          y[b,t,d] = D[d]·u_t + Σ_n h[n]·Cm[b,t,n];  h_saved[b, t+1, d, :] = h
 //   final h written back.
-// All arithmetic f32. exp is scan_expf (scan_math.cuh: ~0.6 ulp, unbiased, no
+// All arithmetic f32. exp is scan_expf (exp_math.cuh: ~0.6 ulp, unbiased, no
 // MUFU) on the same f32 argument δ·A the oracle exponentiates — neither CUDA's
 // 2-ulp expf nor mamba-rs's exp2f(δ·(A·log2e)). Every multiply-add is an
 // explicit fmaf and the few products that must not be contracted use

@@ -1897,7 +1897,7 @@ TEST(ScanRefusal, CheckpointGroupNamed) {
   }
 }
 
-// The kernels' accurate exp (scan_math.cuh) is host/device code: checked here on
+// The kernels' accurate exp (exp_math.cuh) is host/device code: checked here on
 // the CPU against double-precision exp on every 61st float of [-104, 89].
 // Bounds from its construction: one final round-to-nearest (0.5 ulp) plus
 // < 0.15 ulp from the polynomial, the r² and tail roundings -> 0.65 ulp for
