@@ -308,8 +308,23 @@ def device_code_identical(m, units, src_root, wdir, work):
     return True
 
 
+def require_makefile_build(build, cmd):
+    """build and emulate read CMake's Unix Makefiles files: each target's link.txt and the
+    compilers' .d dependency files beside the objects. A Ninja build keeps neither (its
+    dependencies live in .ninja_deps), so a header patch would meet no unit; refuse it."""
+    if os.path.exists(os.path.join(build, "build.ninja")) or not os.path.exists(
+            os.path.join(build, "Makefile")):
+        raise SystemExit(
+            f"mutate {cmd}: --build {build} is not a Unix Makefiles build (no Makefile"
+            f"{', a build.ninja' if os.path.exists(os.path.join(build, 'build.ninja')) else ''}): "
+            "this script reads each target's CMakeFiles/<target>.dir/link.txt and the .d "
+            "dependency files beside the objects; configure one with scripts/build.sh "
+            "(CMake's default generator) and pass it with --build")
+
+
 def cmd_build(a):
     build = os.path.realpath(a.build)
+    require_makefile_build(build, "build")
     out = os.path.realpath(a.out)
     mutants = load_mutants(set(a.only.split(",")) if a.only else None)
     with open(os.path.join(ROOT, "validation", "mutants", "suite.json")) as f:
@@ -439,6 +454,7 @@ def cmd_emulate(a):
     """CPU-side prediction for the scan mutants: the emulated dump (and, where the dump is
     unchanged, the emulated scan parity suite on its fused/chained cases) with the patch."""
     build = os.path.realpath(a.build)
+    require_makefile_build(build, "emulate")
     mutants = [m for m in load_mutants(set(a.only.split(",")) if a.only else None)
                if all(f.startswith("kernels/scan/") for f in m["files"])]
     run(["cmake", "--build", build, "-j", str(a.jobs), "--target", "scan_bits_emulated",
@@ -839,7 +855,7 @@ def main(argv=None):
                                 "run the fast GPU suite on each there (scripts/mutate.sh)")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the control and every mutant libmc_kernels.so, stage them")
-    b.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build (default build)")
+    b.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build, Unix Makefiles generator (default build)")
     b.add_argument("--out", default=os.path.join(ROOT, "build-mutants"), help="staging folder (default build-mutants)")
     b.add_argument("--jobs", type=int, default=2, help="parallel compiles (default 2)")
     b.add_argument("--only", help="comma-separated mutant ids (default all)")
@@ -860,7 +876,7 @@ def main(argv=None):
     ck.add_argument("--suite", default=os.path.join(ROOT, "validation", "mutants", "suite.json"))
     e = sub.add_parser("emulate", help="CPU-side prediction for the scan mutants (the emulated "
                        "dump and scan parity suite with each patch); no GPU")
-    e.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build")
+    e.add_argument("--build", default=os.path.join(ROOT, "build"), help="configured CUDA build, Unix Makefiles generator")
     e.add_argument("--jobs", type=int, default=2, help="parallel compiles (default 2)")
     e.add_argument("--only", help="comma-separated mutant ids (default: every scan mutant)")
     e.add_argument("--filter", default="Cases/*chained*:Cases/*softplus*:Cases/*gate*:"
