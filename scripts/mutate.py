@@ -478,6 +478,10 @@ def cmd_emulate(a):
         affected = [u for u in units if any(t in u["deps"] for t in touched)]
         if m["tus"]:
             affected = [u for u in affected if u["rel"] in set(m["tus"])]
+        if not affected:  # else the unpatched library is tested and the mutant "survives"
+            raise RuntimeError(
+                f"{m['id']}: no emulated kernel unit of {build} depends on {m['files']} as "
+                f"{ROOT} has them (is --build a build of this checkout, with its .d files?)")
         objs = []
 
         def compile_unit(u):
