@@ -13,8 +13,9 @@
 // MC_SCAN_EXP_STRIDE=1 it checks every f32 of that range: at most 0.615 ulp.
 //
 // Method: n = rint(x·log2e) (by the 1.5·2^23 shift: no rounding or float-to-int
-// instruction, which run on the slow conversion pipe); r1 = x − n·ln2_hi exactly (one fma: the exact
-// difference is representable, see below); r_lo = −n·ln2_lo (≤ 3e-7);
+// instruction, which run on the slow conversion pipe); r1 = x − n·ln2_hi exactly
+// (one fma: the exact difference is representable, see below); r_lo = −n·ln2_lo
+// (≤ 3e-7);
 // exp(r1 + r_lo) ≈ (1 + r1) + t1 + r_lo·e^r1, t1 = r1²·P(r1) + e1, with P the degree-6
 // Taylor polynomial of (e^r − 1 − r)/r² (truncation < 2e-10 relative on
 // |r| ≤ 0.35) and e1 the exact rounding error of 1 + r1 (Fast2Sum); one final
