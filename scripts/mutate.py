@@ -216,13 +216,12 @@ def patched_sources(m, wdir):
     return src_root, touched, r
 
 
-def build_one(m, units, work, jobs, ccache):
-    """Compiles the affected TUs of mutant m into <work>/<id>/obj/<rel>.o; returns the info."""
-    t0 = time.time()
-    wdir = os.path.join(work, m["id"])
-    src_root, touched, r = patched_sources(m, wdir)
-    if r.returncode != 0:
-        raise RuntimeError(f"{m['patch']} does not apply: {r.stdout}{r.stderr}")
+def units_reached(m, units, touched):
+    """The units (kernel_units) that mutant m's patch reaches: those depending on a file it
+    touches (`touched`, real paths in this checkout), narrowed to its '# tus:' when it names
+    them. Refuses a named unit that is not reached, and an empty answer: otherwise the
+    unpatched code would be tested and the mutant reported as surviving (a build of another
+    checkout, or one without its .d files, reaches nothing)."""
     affected = [u for u in units if any(t in u["deps"] for t in touched)]
     if m["tus"]:
         want = set(m["tus"])
@@ -231,7 +230,20 @@ def build_one(m, units, work, jobs, ccache):
         if missing:
             raise RuntimeError(f"{m['id']}: '# tus:' names {sorted(missing)}, which do not include a patched file")
     if not affected:
-        raise RuntimeError(f"{m['id']}: no kernel translation unit includes {m['files']}")
+        raise RuntimeError(f"{m['id']}: no kernel translation unit of the build depends on "
+                           f"{m['files']} as {ROOT} has them (is --build a build of this "
+                           "checkout, with its .d files?)")
+    return affected
+
+
+def build_one(m, units, work, jobs, ccache):
+    """Compiles the affected TUs of mutant m into <work>/<id>/obj/<rel>.o; returns the info."""
+    t0 = time.time()
+    wdir = os.path.join(work, m["id"])
+    src_root, touched, r = patched_sources(m, wdir)
+    if r.returncode != 0:
+        raise RuntimeError(f"{m['patch']} does not apply: {r.stdout}{r.stderr}")
+    affected = units_reached(m, units, touched)
 
     def compile_unit(u):
         argv = list(u["argv"])
@@ -312,11 +324,11 @@ def require_makefile_build(build, cmd):
     """build and emulate read CMake's Unix Makefiles files: each target's link.txt and the
     compilers' .d dependency files beside the objects. A Ninja build keeps neither (its
     dependencies live in .ninja_deps), so a header patch would meet no unit; refuse it."""
-    if os.path.exists(os.path.join(build, "build.ninja")) or not os.path.exists(
-            os.path.join(build, "Makefile")):
+    ninja = os.path.exists(os.path.join(build, "build.ninja"))
+    if ninja or not os.path.exists(os.path.join(build, "Makefile")):
         raise SystemExit(
             f"mutate {cmd}: --build {build} is not a Unix Makefiles build (no Makefile"
-            f"{', a build.ninja' if os.path.exists(os.path.join(build, 'build.ninja')) else ''}): "
+            f"{', a build.ninja' if ninja else ''}): "
             "this script reads each target's CMakeFiles/<target>.dir/link.txt and the .d "
             "dependency files beside the objects; configure one with scripts/build.sh "
             "(CMake's default generator) and pass it with --build")
@@ -475,13 +487,7 @@ def cmd_emulate(a):
         src_root, touched, r = patched_sources(m, wdir)
         if r.returncode != 0:
             raise RuntimeError(f"{m['id']}: the patch does not apply: {r.stdout}{r.stderr}")
-        affected = [u for u in units if any(t in u["deps"] for t in touched)]
-        if m["tus"]:
-            affected = [u for u in affected if u["rel"] in set(m["tus"])]
-        if not affected:  # else the unpatched library is tested and the mutant "survives"
-            raise RuntimeError(
-                f"{m['id']}: no emulated kernel unit of {build} depends on {m['files']} as "
-                f"{ROOT} has them (is --build a build of this checkout, with its .d files?)")
+        affected = units_reached(m, units, touched)
         objs = []
 
         def compile_unit(u):
