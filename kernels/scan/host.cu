@@ -94,6 +94,9 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
                   int64_t pieces, int elem_bytes) {
   check_shape(s, r);
   scan_detail::require_checkpoint_group("scan", r, checkpoint_group);
+  if (elem_bytes != 2 && elem_bytes != 4)
+    throw ConfigError("scan::geometry: elem_bytes = " + std::to_string(elem_bytes) +
+                      " is no storage's element size (4 for f32, 2 for bf16/f16)");
   Geometry g;
   if (r == Route::Checkpointed) {
     const scan_detail::CkptPlan pl =
@@ -120,9 +123,6 @@ Geometry geometry(const Shape& s, Route r, bool backward, size_t partial_budget,
       g.parallel_pieces = sg.parallel;
       g.refills = sg.refill() ? (pl.n_ckpt + sg.group - 1) / sg.group : 0;
     } else {  // a training forward (checkpoints saved) with elem_bytes storage
-      if (elem_bytes != 2 && elem_bytes != 4)
-        throw ConfigError("scan::geometry: elem_bytes = " + std::to_string(elem_bytes) +
-                          " is no storage's element size (4 for f32, 2 for bf16/f16)");
       const scan_detail::FwdPieces fp = scan_detail::ckpt_fwd_pieces(
           s, pl, size_t(elem_bytes), true, checkpoint_group, pieces);
       g.pieces = fp.pieces;

@@ -1652,8 +1652,11 @@ TEST(ScanContract, ForwardPieces) {
     // without saved states (the inference forward) nothing to start the pieces from
     EXPECT_DOUBLE_EQ(scan::forward_traffic(b2, Route::Checkpointed, 2, false).exps,
                      1.0 * 2 * 2048 * 1536 * 16);
-    // an element size that is no storage's is refused, naming it
+    // an element size that is no storage's is refused, naming it, in either direction
     EXPECT_THROW(fwd(b2, 0, 3), ConfigError);
+    EXPECT_THROW(
+        scan::geometry(b2, Route::Checkpointed, true, 0, 0, 1, scan::FwdLayout::Auto, 0, 3),
+        ConfigError);
   }
   {  // B 2 forced 4: pieces of 16 stages (32 chunks), one launch of 4 x 96 blocks
     const scan::Geometry g = fwd(b2, 4);
@@ -1918,7 +1921,8 @@ TEST(ScanExp, AccurateAndUnbiased) {
   int64_t n_signed = 0;
   float worst = 0;
   const char* stride_env = std::getenv("MC_SCAN_EXP_STRIDE");
-  const uint32_t stride = stride_env && std::atoi(stride_env) > 0 ? uint32_t(std::atoi(stride_env)) : 61u;
+  const int stride_asked = stride_env ? std::atoi(stride_env) : 0;
+  const uint32_t stride = stride_asked > 0 ? uint32_t(stride_asked) : 61u;
   for (uint32_t sign : {0u, 0x80000000u}) {
     const float lim = sign ? -104.0f : 89.0f;
     uint32_t last;
