@@ -36,9 +36,9 @@
 //   Hardware  exp(δ·A) = 2^(δ·(A·log2 e)) on the special-function unit
 //             (ex2.approx, ≤ 2 ulp relative; absolute error of dA ≤ ~2.2e-8
 //             from the rounded argument). What makes the scan fast.
-//   Accurate  a correctly-scaled polynomial exp on the FMA and integer pipes (exp_math.cuh,
-//             ≤ 0.61 ulp, unbiased); the same bits as a host build of the same
-//             source, which the emulation tests rely on (device vs emulation:
+//   Accurate  a correctly-scaled polynomial exp on the FMA and integer pipes
+//             (exp_math.cuh, ≤ 0.62 ulp, unbiased); the same bits as a host build of
+//             the same source, which the emulation tests rely on (device vs emulation:
 //             validation/gpu/test_scan_emulation_bits.cpp). Slower.
 //
 // Determinism: no atomics anywhere. Launch geometry is a pure function of the
