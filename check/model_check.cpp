@@ -4,7 +4,9 @@
 
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <stdexcept>
 #include <memory>
 #include <sstream>
 
@@ -220,6 +222,36 @@ std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType stor
                    to_double_vec(m.d_ssm0)});
   }
   return out;
+}
+
+TypedVerdicts compare_models_lazy_baseline(const std::vector<std::string>& labels,
+                                           const ModelInputs& in,
+                                           const std::vector<ModelOutputs<float>>& Ks,
+                                           const ModelOutputs<double>& O,
+                                           const ModelOutputs<float>& P,
+                                           const std::vector<ModelOutputs<double>>* ensemble,
+                                           int baseline_runs, uint64_t seed) {
+  if (labels.size() != Ks.size())
+    throw std::invalid_argument("compare_models_lazy_baseline: labels " +
+                                std::to_string(labels.size()) + " != kernel results " +
+                                std::to_string(Ks.size()));
+  if (baseline_runs < 0)
+    throw std::invalid_argument("compare_models_lazy_baseline: baseline_runs " +
+                                std::to_string(baseline_runs) + " < 0");
+  TypedVerdicts v;
+  bool p_alone_fails = false;
+  for (size_t i = 0; i < Ks.size(); ++i) {
+    v.comparisons.push_back(compare_model(labels[i], in, Ks[i], O, P, ensemble, nullptr));
+    for (const KRuleResult& r : v.comparisons.back().tensors) p_alone_fails |= !r.pass;
+  }
+  if (!p_alone_fails || baseline_runs == 0) return v;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<ModelOutputs<double>> N = conforming_runs(in, in.dtype, baseline_runs, seed);
+  v.seconds_runs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  v.runs = baseline_runs;
+  for (size_t i = 0; i < Ks.size(); ++i)
+    v.comparisons[i] = compare_model(labels[i], in, Ks[i], O, P, ensemble, &N);
+  return v;
 }
 
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,

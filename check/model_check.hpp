@@ -197,6 +197,30 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const std::vector<ModelOutputs<double>>* ensemble = nullptr,
                          const std::vector<ModelOutputs<double>>* baselines = nullptr);
 
+// The typed rule for several kernel results of one problem (one K per scan route), with
+// the conforming runs of its baseline computed only when they can change a verdict. The
+// rule's bound k·e + atol grows with e, and e over P and the runs is at least max|P-O|,
+// so a tensor that passes against P alone also passes against P and the runs. So the
+// `baseline_runs` runs (conforming_runs(in, in.dtype, baseline_runs, seed)) are computed
+// only when some tensor of some K fails the k-rule against P alone, and then every K is
+// judged again with them. The verdicts are the eager rule's (compare_model with the same
+// runs), with one exception: a conforming run with a non-finite result fails the eager
+// rule and is not computed here when every tensor passes against P. A problem whose
+// tensors all pass against P costs no run; at the model shapes a run costs about one f64
+// oracle (validation/gpu/test_precision_model.cpp).
+struct TypedVerdicts {
+  std::vector<Comparison> comparisons;  // parallel to the kernel results
+  int runs = 0;                          // conforming runs computed: 0 or baseline_runs
+  double seconds_runs = 0;               // their wall time
+};
+TypedVerdicts compare_models_lazy_baseline(const std::vector<std::string>& labels,
+                                           const ModelInputs& in,
+                                           const std::vector<ModelOutputs<float>>& Ks,
+                                           const ModelOutputs<double>& O,
+                                           const ModelOutputs<float>& P,
+                                           const std::vector<ModelOutputs<double>>* ensemble,
+                                           int baseline_runs, uint64_t seed);
+
 // Convenience: O, P and K for one case under the bf16/f16 rule (the f32 rule of
 // the CLI is ensemble.hpp's check_gpu_f32), with baseline_runs conforming runs
 // (0: P alone), and with stat_runs > 0 the ensemble of the statistical checks.

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -84,6 +85,69 @@ TEST(TypedRuleCalibration, EquallyAccuratePipelinesPassTheEnsembleBaselineNotPAl
   // What the ensemble baseline is for: on this shape P alone rejects pipelines that are
   // exactly as accurate (4 of 6 here; the GPU's tensor-core run was one of them).
   EXPECT_GT(p_only_failures, 0);
+}
+
+// check::compare_models_lazy_baseline, the model-shape suite's form of the rule: the
+// conforming runs only when some tensor fails against P alone, then every kernel result
+// judged again with them. Its verdicts, k and baseline sources must be the eager rule's.
+TEST(TypedRuleCalibration, LazyBaselineGivesTheEagerVerdicts) {
+  const Calibration c = calibrate(failing_f16_shape(), 1, 1023, 13, DType::F16, 6);
+  std::vector<ModelOutputs<float>> all, p_alone_passes;
+  std::vector<std::string> labels_all, labels_passing;
+  for (size_t j = 0; j < c.stand_ins.size(); ++j) {
+    all.push_back(as_float(c.stand_ins[j]));
+    labels_all.push_back("stand-in " + std::to_string(j));
+    if (check::compare_model("P only", c.in, all.back(), c.O, c.P).pass()) {
+      p_alone_passes.push_back(all.back());
+      labels_passing.push_back(labels_all.back());
+    }
+  }
+  ASSERT_LT(p_alone_passes.size(), all.size()) << "no stand-in fails against P alone here";
+  ASSERT_FALSE(p_alone_passes.empty()) << "no stand-in passes against P alone here";
+
+  // some stand-in fails against P alone: the runs are computed, and every stand-in is
+  // judged as the eager rule judges it (the same runs: same seed, same thread count)
+  const check::TypedVerdicts lazy = check::compare_models_lazy_baseline(
+      labels_all, c.in, all, c.O, c.P, nullptr, check::kTypedBaselineRuns, 13);
+  EXPECT_EQ(lazy.runs, check::kTypedBaselineRuns);
+  ASSERT_EQ(lazy.comparisons.size(), all.size());
+  for (size_t j = 0; j < all.size(); ++j) {
+    const check::Comparison eager =
+        check::compare_model("eager", c.in, all[j], c.O, c.P, nullptr, &c.baselines);
+    const check::Comparison& lz = lazy.comparisons[j];
+    EXPECT_EQ(lz.label, labels_all[j]);
+    ASSERT_EQ(lz.tensors.size(), eager.tensors.size());
+    for (size_t i = 0; i < eager.tensors.size(); ++i) {
+      EXPECT_EQ(lz.tensors[i].verdict(), eager.tensors[i].verdict()) << eager.tensors[i].tensor;
+      EXPECT_EQ(lz.tensors[i].k, eager.tensors[i].k) << eager.tensors[i].tensor;
+      EXPECT_EQ(lz.tensors[i].baseline_source, eager.tensors[i].baseline_source)
+          << eager.tensors[i].tensor;
+    }
+  }
+
+  // every tensor passes against P alone: no run is computed, and all pass, as eagerly
+  const check::TypedVerdicts none = check::compare_models_lazy_baseline(
+      labels_passing, c.in, p_alone_passes, c.O, c.P, nullptr, check::kTypedBaselineRuns, 13);
+  EXPECT_EQ(none.runs, 0);
+  EXPECT_EQ(none.seconds_runs, 0.0);
+  for (size_t j = 0; j < p_alone_passes.size(); ++j) {
+    EXPECT_TRUE(none.comparisons[j].pass()) << none.comparisons[j].report(true);
+    EXPECT_TRUE(check::compare_model("eager", c.in, p_alone_passes[j], c.O, c.P, nullptr,
+                                     &c.baselines)
+                    .pass());
+    for (const check::KRuleResult& r : none.comparisons[j].tensors)
+      EXPECT_EQ(r.baseline_source, "P") << r.tensor;
+  }
+
+  // a mismatched call is refused with both counts
+  try {
+    check::compare_models_lazy_baseline({"one"}, c.in, all, c.O, c.P, nullptr, 1, 13);
+    ADD_FAILURE() << "labels and kernel results of different counts were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("labels 1 != kernel results " + std::to_string(all.size())),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TypedRuleCalibration, LessAccurateStoresStillFail) {

@@ -184,7 +184,9 @@ class PrecisionJson {
           {"scan", report::json_string(to_string(scan))},
           {"gemm_tier", report::json_string(tier)},
           {"seed", seed_s},
-          {"suite", report::json_string(test)}};
+          {"suite", report::json_string(test)},
+          {"baseline_from", report::json_string(r.baseline_source)}};  // "P" or a conforming run
+      if (r.k_P >= 0) extra.emplace_back("k_P", report::json_number(r.k_P));  // k against P alone
       if (r.stats.computed) {  // the statistical checks (check/stats.hpp)
         const check::StatResult& st = r.stats;
         extra.insert(extra.end(), {{"z_bias", report::json_number(st.z_bias)},
@@ -265,6 +267,8 @@ struct PrecisionCase {
   std::vector<check::Comparison> comparisons;  // parallel to scans (up to the error)
   std::string error;                     // non-empty: a GPU run hit a NaN/Inf
   double seconds_O = 0, seconds_P = 0, seconds_M = 0, seconds_K = 0;
+  int baseline_runs = 0;   // conforming runs in the rule's baseline (0: P alone)
+  double seconds_N = 0;    // their wall time when computed lazily (else in seconds_M)
 
   bool pass() const {
     if (!error.empty() || comparisons.size() != scans.size()) return false;
@@ -306,12 +310,15 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // O and P once, then K and the comparison per scan mode (check_finite on).
 // Rows go to the JSON collector; nothing is asserted here.
 // stat_runs: the ensemble size of the statistical checks (0: none); baseline_runs:
-// the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone).
+// the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone);
+// lazy_baseline: compute those runs only when some tensor fails against P alone
+// (check::compare_models_lazy_baseline: the same verdicts, no run when all pass).
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
                                         const std::vector<ScanMode>& scans,
                                         int stat_runs = check::kStatRuns,
-                                        int baseline_runs = check::kTypedBaselineRuns) {
+                                        int baseline_runs = check::kTypedBaselineRuns,
+                                        bool lazy_baseline = false) {
   PrecisionCase pc;
   pc.shape = check::describe(cfg, B, T);
   pc.dtype = dtype;
@@ -327,14 +334,16 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   const std::vector<check::ModelOutputs<double>> M =
       check::mca_ensemble(in, dtype, stat_runs, seed);
   const std::vector<check::ModelOutputs<double>> N =
-      check::conforming_runs(in, dtype, baseline_runs, seed);
+      lazy_baseline ? std::vector<check::ModelOutputs<double>>{}
+                    : check::conforming_runs(in, dtype, baseline_runs, seed);
   pc.seconds_M = seconds_since(t0);
+  std::vector<check::ModelOutputs<float>> Ks;
+  std::vector<std::string> labels;
   for (ScanMode m : scans) {
     t0 = std::chrono::steady_clock::now();
-    check::ModelOutputs<float> K;
     try {
-      K = check::gpu_run(in, m, gpu::GemmMath::F32, /*check_finite=*/true, ScanExp::Auto,
-                         precision_typed_gemm());
+      Ks.push_back(check::gpu_run(in, m, gpu::GemmMath::F32, /*check_finite=*/true,
+                                  ScanExp::Auto, precision_typed_gemm()));
     } catch (const gpu::NonFiniteError& e) {
       pc.error = std::string(e.overflow ? "f16 OVERFLOW" : "NON-FINITE") + " (" + pc.shape +
                  " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
@@ -343,12 +352,24 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
       break;
     }
     pc.seconds_K += seconds_since(t0);
-    pc.comparisons.push_back(check::compare_model(
-        pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
-            " gemm=" + to_string(precision_tier(dtype)),
-        in, K, O, P, stat_runs > 0 ? &M : nullptr, baseline_runs > 0 ? &N : nullptr));
-    PrecisionJson::instance().add(pc.comparisons.back(), dtype, pc.shape, m, seed);
+    labels.push_back(pc.shape + " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
+                     " gemm=" + to_string(precision_tier(dtype)));
   }
+  const std::vector<check::ModelOutputs<double>>* ens = stat_runs > 0 ? &M : nullptr;
+  if (lazy_baseline) {
+    check::TypedVerdicts v =
+        check::compare_models_lazy_baseline(labels, in, Ks, O, P, ens, baseline_runs, seed);
+    pc.comparisons = std::move(v.comparisons);
+    pc.baseline_runs = v.runs;
+    pc.seconds_N = v.seconds_runs;
+  } else {
+    for (size_t i = 0; i < Ks.size(); ++i)
+      pc.comparisons.push_back(check::compare_model(labels[i], in, Ks[i], O, P, ens,
+                                                    baseline_runs > 0 ? &N : nullptr));
+    pc.baseline_runs = baseline_runs;
+  }
+  for (size_t i = 0; i < pc.comparisons.size(); ++i)
+    PrecisionJson::instance().add(pc.comparisons[i], dtype, pc.shape, scans[i], seed);
   return pc;
 }
 
