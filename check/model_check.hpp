@@ -183,6 +183,9 @@ std::vector<ModelOutputs<double>> mca_ensemble(const ModelInputs& in, DType stor
 // ensemble (ensemble.hpp), a pipeline flips such an element and fails only when no
 // run flipped it too: at most p(1-p)^m, p the flip probability, m = runs.
 constexpr int kTypedBaselineRuns = 8;
+// Run r alone (conforming_runs' r-th, the same bits).
+ModelOutputs<double> conforming_run(const ModelInputs& in, DType storage, int r, uint64_t seed,
+                                    bool backward = true);
 std::vector<ModelOutputs<double>> conforming_runs(const ModelInputs& in, DType storage, int runs,
                                                   uint64_t seed, bool backward = true);
 
@@ -198,19 +201,21 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
                          const std::vector<ModelOutputs<double>>* baselines = nullptr);
 
 // The typed rule for several kernel results of one problem (one K per scan route), with
-// the conforming runs of its baseline computed only when they can change a verdict. The
-// rule's bound k·e + atol grows with e, and e over P and the runs is at least max|P-O|,
-// so a tensor that passes against P alone also passes against P and the runs. So the
-// `baseline_runs` runs (conforming_runs(in, in.dtype, baseline_runs, seed)) are computed
-// only when some tensor of some K fails the k-rule against P alone, and then every K is
-// judged again with them. The verdicts are the eager rule's (compare_model with the same
-// runs), with one exception: a conforming run with a non-finite result fails the eager
-// rule and is not computed here when every tensor passes against P. A problem whose
-// tensors all pass against P costs no run; at the model shapes a run costs about one f64
-// oracle (validation/gpu/test_precision_model.cpp).
+// the conforming runs of its baseline computed only as far as they can change a verdict.
+// The rule's bound k·e + atol grows with e, and e over P and runs 1..j is at most e over
+// P and runs 1..j+1. So a tensor that passes against P and the first j runs passes
+// against P and all of them. The runs (conforming_run(in, in.dtype, r, seed), r = 0, 1,
+// ...) are computed one at a time while some tensor of some K fails the k-rule against P
+// and the runs so far, at most `baseline_runs` of them, every K judged again after each.
+// The verdicts are the eager rule's (compare_model with conforming_runs(in, in.dtype,
+// baseline_runs, seed)), with one exception: a later run with a non-finite result fails
+// the eager rule and is not computed here once the earlier ones pass. k and the baseline
+// source are those of the runs computed, so k can be larger than the eager rule's (never
+// with another verdict). A problem whose tensors all pass against P costs no run; at the
+// model shapes a run costs about one f64 oracle (validation/gpu/test_precision_model.cpp).
 struct TypedVerdicts {
   std::vector<Comparison> comparisons;  // parallel to the kernel results
-  int runs = 0;                          // conforming runs computed: 0 or baseline_runs
+  int runs = 0;                          // conforming runs computed (0..baseline_runs)
   double seconds_runs = 0;               // their wall time
 };
 TypedVerdicts compare_models_lazy_baseline(const std::vector<std::string>& labels,

@@ -43,7 +43,7 @@
 //    the four runs 46-54 s -> 37-39 s.
 // Measured on an H100's host (16 threads, 2026-12-05, one test a process): Bf16DModel2048
 // 236 s (O 29.7 s, P 12.3 s, the 4 runs 171.4 s), F16DModel2048 268 s (O 34.3, P 19.0,
-// 190.5 s); a case that needs the baseline's 8 conforming runs adds about 8 × 47 s.
+// 190.5 s); each conforming run of the baseline that a case needs adds about 47 s.
 // A case there is now O + P + 4 runs ≈ 38 s at 1024 rows, ~10 min at 16384 rows on
 // 2 cores, ~95 % of it parallel; the H200's host has 16. Not yet re-measured on that host
 // (docs/performance-notes.md, "The CPU oracle at model sizes", has the projection).
@@ -83,9 +83,9 @@ ModelConfig model_like(int d_model) {
 
 constexpr int kModelShapeStatRuns = 4;
 // The rule's baseline is the typed rule's (check/model_check.hpp): the largest error over P
-// and check::kTypedBaselineRuns conforming runs, the runs computed only when some tensor
-// fails against P alone (check::compare_models_lazy_baseline: the same verdicts; a case
-// whose tensors all pass against P costs no run). Until 2026-12-05 this suite used P alone,
+// and check::kTypedBaselineRuns conforming runs, the runs computed one at a time only while
+// some tensor fails against P and the runs so far (check::compare_models_lazy_baseline: the
+// same verdicts; a case whose tensors all pass against P costs no run). Until 2026-12-05 this suite used P alone,
 // on the argument that at 16384 rows every tensor's error is a sum of many comparable
 // roundings. The D-skip gradient refutes it: 4096 elements, each a sum over all 16384
 // rows, whose largest error is one element's. On an H100 F16DModel2048 failed on
@@ -116,7 +116,7 @@ void check_model_like(int d_model, DType dtype) {
   std::snprintf(times, sizeof times,
                 "wall time: oracle O (f64) %.1f s, baseline P (f32, %s storage) %.1f s, %d MCA "
                 "runs %.1f s, GPU %zu run(s) %.1f s, %d conforming run(s) of the baseline %.1f s "
-                "(computed only when a tensor fails against P alone)",
+                "(computed only while a tensor fails without them)",
                 pc.seconds_O, to_string(dtype), pc.seconds_P, kModelShapeStatRuns, pc.seconds_M,
                 pc.comparisons.size(), pc.seconds_K, pc.baseline_runs, pc.seconds_N);
   std::cout << pc.shape << " " << to_string(dtype) << ", GEMM tier "

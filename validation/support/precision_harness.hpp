@@ -311,8 +311,9 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Rows go to the JSON collector; nothing is asserted here.
 // stat_runs: the ensemble size of the statistical checks (0: none); baseline_runs:
 // the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone);
-// lazy_baseline: compute those runs only when some tensor fails against P alone
-// (check::compare_models_lazy_baseline: the same verdicts, no run when all pass).
+// lazy_baseline: compute those runs one at a time only while some tensor fails against P
+// and the runs so far (check::compare_models_lazy_baseline: the same verdicts, no run when
+// every tensor passes against P).
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
                                         const std::vector<ScanMode>& scans,
