@@ -19,6 +19,8 @@
 //  (iii) a clean run with check_finite on is bitwise identical to the same
 //        run with it off (every output, state and gradient), per dtype and
 //        scan mode.
+// The bf16/f16 GEMMs run on the tier MAMBACHECK_TYPED_GEMM names (default tensor-core;
+// scripts/sanitize.sh sets strict for initcheck, see there).
 // Where a prediction is needed (which element overflows first), it comes from
 // the CPU oracle in double on the same inputs, and the scale factors are
 // powers of two, so scaled inputs stay exactly representable in every dtype;
@@ -74,10 +76,16 @@ std::string ctx(DType t, ScanMode m = ScanMode::Auto) {
   return std::string("dtype=") + to_string(t) + " scan=" + to_string(m);
 }
 
+// gpu_run on the GEMM tier of this process (typed_gemm_from_env).
+ModelOutputs<float> run(const ModelInputs& in, ScanMode m, bool check_finite) {
+  return check::gpu_run(in, m, gpu::GemmMath::F32, check_finite, ScanExp::Auto,
+                        typed_gemm_from_env());
+}
+
 // Runs gpu_run with check_finite and returns the error it threw (or fails).
 gpu::NonFiniteError expect_nonfinite(const ModelInputs& in, const std::string& what) {
   try {
-    check::gpu_run(in, ScanMode::Auto, gpu::GemmMath::F32, /*check_finite=*/true);
+    run(in, ScanMode::Auto, /*check_finite=*/true);
   } catch (const gpu::NonFiniteError& e) {
     return e;
   }
@@ -238,12 +246,12 @@ void expect_f16_only_overflow(const ModelInputs& f16_inputs, const std::string& 
   for (DType t : {DType::BF16, DType::F32}) {
     ModelInputs same = f16_inputs;
     same.dtype = t;  // the same f32 arrays; the pipeline casts them to its dtype
-    EXPECT_NO_THROW(check::gpu_run(same, ScanMode::Parallel, gpu::GemmMath::F32, true))
+    EXPECT_NO_THROW(run(same, ScanMode::Parallel, true))
         << what << ": the same inputs must run clean in " << to_string(t);
-    EXPECT_NO_THROW(check::gpu_run(same, ScanMode::Sequential, gpu::GemmMath::F32, true))
+    EXPECT_NO_THROW(run(same, ScanMode::Sequential, true))
         << what << ": the same inputs must run clean in " << to_string(t);
   }
-  const ModelOutputs<float> silent = check::gpu_run(f16_inputs, ScanMode::Auto);  // no check
+  const ModelOutputs<float> silent = run(f16_inputs, ScanMode::Auto, false);  // no check
   EXPECT_GT(count_nonfinite(silent), 0)
       << what << ": without check_finite the f16 overflow should leave non-finite results";
 }
@@ -347,7 +355,7 @@ TEST_F(NonFinite, F16OverflowOfAGradientIsReportedAsOverflowByTheBackward) {
   for (DType t : {DType::BF16, DType::F32}) {
     ModelInputs same = in;
     same.dtype = t;
-    EXPECT_NO_THROW(check::gpu_run(same, ScanMode::Auto, gpu::GemmMath::F32, true))
+    EXPECT_NO_THROW(run(same, ScanMode::Auto, true))
         << what << ": the same inputs must run clean in " << to_string(t);
   }
 }
@@ -368,8 +376,8 @@ TEST_F(NonFinite, CheckFiniteDoesNotChangeAnyBit) {
     const ModelInputs in = check::make_model_inputs(cfg, kB, T, kSeed, t);
     for (ScanMode m : {ScanMode::Sequential, ScanMode::Parallel}) {
       const std::string c = ctx(t, m);
-      const ModelOutputs<float> off = check::gpu_run(in, m, gpu::GemmMath::F32, false);
-      const ModelOutputs<float> on = check::gpu_run(in, m, gpu::GemmMath::F32, true);
+      const ModelOutputs<float> off = run(in, m, false);
+      const ModelOutputs<float> on = run(in, m, true);
       EXPECT_EQ(count_nonfinite(off), 0) << c;
       expect_bitwise("out", off.out, on.out, c);
       expect_bitwise("conv_final", off.conv_final, on.conv_final, c);

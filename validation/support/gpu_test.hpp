@@ -3,11 +3,13 @@
 // GPU-less machine reports the GPU suites as skipped, not failed. With a GPU
 // it makes the test's device current and the default of RunOptions::device:
 // the one CTest resource allocation assigned, else device 0
-// (gpu_allocation.hpp; scripts/ctest_gpu_resources.sh).
+// (gpu_allocation.hpp; scripts/ctest_gpu_resources.sh). Also the bf16/f16 GEMM
+// tier a suite may take from MAMBACHECK_TYPED_GEMM (typed_gemm_from_env).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +17,16 @@
 #include "gpu/model.hpp"
 
 namespace mc::testing {
+
+// The bf16/f16 GEMM tier of this process's GPU runs where a suite takes it from the
+// environment: MAMBACHECK_TYPED_GEMM = tensor-core (the default) | strict. The precision
+// suites read it (precision_harness.hpp), and test_nonfinite, so that
+// scripts/sanitize.sh can run initcheck on the strict tier (its comment says why). A bad
+// value is a ConfigError naming it.
+inline gpu::TypedGemm typed_gemm_from_env() {
+  const char* v = std::getenv("MAMBACHECK_TYPED_GEMM");
+  return (v && *v) ? gpu::parse_typed_gemm(v) : gpu::TypedGemm::TensorCore;
+}
 
 class GpuTest : public ::testing::Test {
  protected:

@@ -150,11 +150,8 @@ class FamilyTable {
 // ---- GEMM tier ----------------------------------------------------------------------
 
 // The bf16/f16 GEMM tier of this process's GPU runs (MAMBACHECK_TYPED_GEMM,
-// default tensor-core). A bad value is a ConfigError naming it.
-inline gpu::TypedGemm precision_typed_gemm() {
-  const char* v = std::getenv("MAMBACHECK_TYPED_GEMM");
-  return (v && *v) ? gpu::parse_typed_gemm(v) : gpu::TypedGemm::TensorCore;
-}
+// default tensor-core; gpu_test.hpp).
+inline gpu::TypedGemm precision_typed_gemm() { return typed_gemm_from_env(); }
 
 inline gpu::GemmTier precision_tier(DType dtype) {
   return gpu::gemm_tier(dtype, gpu::GemmMath::F32, precision_typed_gemm());
