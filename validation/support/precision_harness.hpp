@@ -182,8 +182,8 @@ class PrecisionJson {
           {"gemm_tier", report::json_string(tier)},
           {"seed", seed_s},
           {"suite", report::json_string(test)},
-          {"baseline_from", report::json_string(r.baseline_source)}};  // "P" or a conforming run
-      if (r.k_P >= 0) extra.emplace_back("k_P", report::json_number(r.k_P));  // k against P alone
+          {"baseline_from", report::json_string(r.baseline_source)},  // "P" or a conforming run
+          {"k_P", report::json_number(r.k_P < 0 ? r.k : r.k_P)}};  // k against P alone (as validate)
       if (r.stats.computed) {  // the statistical checks (check/stats.hpp)
         const check::StatResult& st = r.stats;
         extra.insert(extra.end(), {{"z_bias", report::json_number(st.z_bias)},
