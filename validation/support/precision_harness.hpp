@@ -264,8 +264,13 @@ struct PrecisionCase {
   std::vector<check::Comparison> comparisons;  // parallel to scans (up to the error)
   std::string error;                     // non-empty: a GPU run hit a NaN/Inf
   double seconds_O = 0, seconds_P = 0, seconds_M = 0, seconds_K = 0;
-  int baseline_runs = 0;   // conforming runs in the rule's baseline (0: P alone)
-  double seconds_N = 0;    // their wall time when computed lazily (else in seconds_M)
+  int baseline_runs = 0;   // conforming runs in the verdicts' baseline (0: P alone)
+  // With diagnostic_runs (run_precision_case): where some tensor failed the k-rule, the
+  // typed rule with conforming runs as a diagnosis, not a verdict: its runs (computed
+  // lazily), their wall time, and each failing tensor's line under it.
+  int diagnostic_runs = 0;
+  double seconds_diagnostic = 0;
+  std::string diagnostic;
 
   bool pass() const {
     if (!error.empty() || comparisons.size() != scans.size()) return false;
@@ -308,15 +313,17 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Rows go to the JSON collector; nothing is asserted here.
 // stat_runs: the ensemble size of the statistical checks (0: none); baseline_runs:
 // the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone);
-// lazy_baseline: compute those runs one at a time only while some tensor fails against P
-// and the runs so far (check::compare_models_lazy_baseline: the same verdicts, no run when
-// every tensor passes against P).
+// diagnostic_runs: where some tensor fails the k-rule, judge the kernel results again
+// under the typed rule with up to that many conforming runs, computed one at a time
+// while a tensor fails (check::compare_models_lazy_baseline), and keep the failing
+// tensors' lines under it in pc.diagnostic. It says how far an equally accurate
+// pipeline's error reaches where K failed; the verdicts stay the rule's above.
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
                                         const std::vector<ScanMode>& scans,
                                         int stat_runs = check::kStatRuns,
                                         int baseline_runs = check::kTypedBaselineRuns,
-                                        bool lazy_baseline = false) {
+                                        int diagnostic_runs = 0) {
   PrecisionCase pc;
   pc.shape = check::describe(cfg, B, T);
   pc.dtype = dtype;
@@ -332,8 +339,7 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   const std::vector<check::ModelOutputs<double>> M =
       check::mca_ensemble(in, dtype, stat_runs, seed);
   const std::vector<check::ModelOutputs<double>> N =
-      lazy_baseline ? std::vector<check::ModelOutputs<double>>{}
-                    : check::conforming_runs(in, dtype, baseline_runs, seed);
+      check::conforming_runs(in, dtype, baseline_runs, seed);
   pc.seconds_M = seconds_since(t0);
   std::vector<check::ModelOutputs<float>> Ks;
   std::vector<std::string> labels;
@@ -354,17 +360,28 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
                      " gemm=" + to_string(precision_tier(dtype)));
   }
   const std::vector<check::ModelOutputs<double>>* ens = stat_runs > 0 ? &M : nullptr;
-  if (lazy_baseline) {
-    check::TypedVerdicts v =
-        check::compare_models_lazy_baseline(labels, in, Ks, O, P, ens, baseline_runs, seed);
-    pc.comparisons = std::move(v.comparisons);
-    pc.baseline_runs = v.runs;
-    pc.seconds_N = v.seconds_runs;
-  } else {
-    for (size_t i = 0; i < Ks.size(); ++i)
-      pc.comparisons.push_back(check::compare_model(labels[i], in, Ks[i], O, P, ens,
-                                                    baseline_runs > 0 ? &N : nullptr));
-    pc.baseline_runs = baseline_runs;
+  for (size_t i = 0; i < Ks.size(); ++i)
+    pc.comparisons.push_back(check::compare_model(labels[i], in, Ks[i], O, P, ens,
+                                                  baseline_runs > 0 ? &N : nullptr));
+  pc.baseline_runs = baseline_runs;
+  bool k_rule_fails = false;
+  for (const check::Comparison& c : pc.comparisons)
+    for (const check::KRuleResult& r : c.tensors) k_rule_fails |= !r.pass;
+  if (diagnostic_runs > 0 && k_rule_fails) {
+    const check::TypedVerdicts v =
+        check::compare_models_lazy_baseline(labels, in, Ks, O, P, nullptr, diagnostic_runs, seed);
+    pc.diagnostic_runs = v.runs;
+    pc.seconds_diagnostic = v.seconds_runs;
+    std::ostringstream os;
+    os << "diagnosis, not a verdict: the typed rule with conforming runs (" << v.runs
+       << " computed, at most " << diagnostic_runs << ", " << v.seconds_runs
+       << " s), the tensors that failed above:\n";
+    for (size_t i = 0; i < pc.comparisons.size(); ++i)
+      for (size_t t = 0; t < pc.comparisons[i].tensors.size(); ++t)
+        if (!pc.comparisons[i].tensors[t].pass)
+          os << "  " << v.comparisons[i].label << " | " << v.comparisons[i].tensors[t].summary()
+             << "\n";
+    pc.diagnostic = os.str();
   }
   for (size_t i = 0; i < pc.comparisons.size(); ++i)
     PrecisionJson::instance().add(pc.comparisons[i], dtype, pc.shape, scans[i], seed);
