@@ -277,6 +277,39 @@ TypedVerdicts compare_models_lazy_baseline(const std::vector<std::string>& label
   return v;
 }
 
+std::string element_report(const std::string& tensor, int64_t index, const ModelInputs& in,
+                           const ModelOutputs<float>& K, const ModelOutputs<double>& O,
+                           const ModelOutputs<float>& P,
+                           const std::vector<ModelOutputs<double>>* ensemble) {
+  for (const TensorSpec& t : result_catalogue(in.cfg, in.B, in.T)) {
+    if (t.name != tensor) continue;
+    if (index < 0 || index >= t.count)
+      throw std::invalid_argument("element_report: index " + std::to_string(index) + " of " +
+                                  tensor + " is outside [0, " + std::to_string(t.count) + ")");
+    const size_t i = size_t(t.offset + index);
+    const double o = field(O, t.field).at(i), k = field(K, t.field).at(i),
+                 p = field(P, t.field).at(i);
+    std::ostringstream os;
+    os.precision(7);
+    os << tensor << "[" << index << "]: O " << o << ", K " << k << " (K-O " << k - o << "), P "
+       << p << " (P-O " << p - o << ")";
+    if (ensemble && !ensemble->empty()) {
+      double ss = 0;
+      os << "; ensemble runs' errors";
+      for (const ModelOutputs<double>& m : *ensemble) {
+        const double e = field(m, t.field).at(i) - o;
+        ss += e * e;
+        os << " " << e;
+      }
+      const double sigma = std::sqrt(ss / double(ensemble->size()));
+      os << ", their RMS " << sigma;
+      if (sigma > 0) os << " (K-O " << (k - o) / sigma << " of it, P-O " << (p - o) / sigma << ")";
+    }
+    return os.str();
+  }
+  throw std::invalid_argument("element_report: no result tensor named '" + tensor + "'");
+}
+
 Comparison check_gpu_against_oracle(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed,
                                     DType dtype, ScanMode scan, gpu::GemmMath gemm,
                                     bool check_finite, gpu::TypedGemm typed, int stat_runs,

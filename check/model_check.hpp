@@ -226,6 +226,16 @@ TypedVerdicts compare_models_lazy_baseline(const std::vector<std::string>& label
                                            const std::vector<ModelOutputs<double>>* ensemble,
                                            int baseline_runs, uint64_t seed);
 
+// One element of a result tensor (its catalogue name, result_catalogue) as each source has
+// it: O, K, P and every ensemble run, the ensemble's spread there (the RMS of its runs'
+// errors) and K's and P's errors in units of it. For diagnosing a k-rule failure at the
+// element where it is worst (KRuleResult::kernel.argmax_abs). An unknown tensor or an
+// index outside it is refused with std::invalid_argument naming it and the limit.
+std::string element_report(const std::string& tensor, int64_t index, const ModelInputs& in,
+                           const ModelOutputs<float>& K, const ModelOutputs<double>& O,
+                           const ModelOutputs<float>& P,
+                           const std::vector<ModelOutputs<double>>* ensemble = nullptr);
+
 // Convenience: O, P and K for one case under the bf16/f16 rule (the f32 rule of
 // the CLI is ensemble.hpp's check_gpu_f32), with baseline_runs conforming runs
 // (0: P alone), and with stat_runs > 0 the ensemble of the statistical checks.

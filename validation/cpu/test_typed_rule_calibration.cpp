@@ -15,6 +15,7 @@
 // points (bf16 stores judged as f16) still fails.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <iostream>
@@ -170,6 +171,45 @@ TEST(TypedRuleCalibration, LazyBaselineGivesTheEagerVerdicts) {
     ADD_FAILURE() << "labels and kernel results of different counts were accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("labels 1 != kernel results " + std::to_string(all.size())),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// check::element_report, the diagnosis's look at a failing tensor's worst element: each
+// source's value there, and the ensemble's spread.
+TEST(TypedRuleCalibration, ElementReportShowsEverySourceAtTheWorstElement) {
+  const Calibration c = calibrate(failing_f16_shape(), 1, 1023, 13, DType::F16, 1);
+  const ModelOutputs<float> K = as_float(c.stand_ins[0]);
+  const check::Comparison cmp = check::compare_model("P only", c.in, K, c.O, c.P);
+  const check::KRuleResult* worst = nullptr;
+  for (const check::KRuleResult& r : cmp.tensors)
+    if (!worst || r.k > worst->k) worst = &r;
+  ASSERT_NE(worst, nullptr);
+  const int64_t i = worst->kernel.argmax_abs;
+  ASSERT_GE(i, 0);
+  const std::string s =
+      check::element_report(worst->tensor, i, c.in, K, c.O, c.P, &c.baselines);
+  std::cout << s << "\n";
+  EXPECT_NE(s.find(worst->tensor + "[" + std::to_string(i) + "]: O "), std::string::npos) << s;
+  // K-O there is the tensor's largest error, as the rule measured it
+  const size_t at = s.find("(K-O ");
+  ASSERT_NE(at, std::string::npos) << s;
+  const double k_err = std::stod(s.substr(at + 5));
+  EXPECT_NEAR(std::fabs(k_err), worst->kernel.max_abs, 1e-6 * worst->kernel.max_abs) << s;
+  EXPECT_NE(s.find("their RMS"), std::string::npos) << s;
+  // refusals name the tensor, the index and the limit
+  try {
+    check::element_report("grad.no_such_tensor", 0, c.in, K, c.O, c.P);
+    ADD_FAILURE() << "an unknown tensor was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("grad.no_such_tensor"), std::string::npos) << e.what();
+  }
+  try {
+    check::element_report(worst->tensor, worst->kernel.n, c.in, K, c.O, c.P);
+    ADD_FAILURE() << "an index past the tensor was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("outside [0, " + std::to_string(worst->kernel.n) + ")"),
               std::string::npos)
         << e.what();
   }

@@ -316,7 +316,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // diagnostic_runs: where some tensor fails the k-rule, judge the kernel results again
 // under the typed rule with up to that many conforming runs, computed one at a time
 // while a tensor fails (check::compare_models_lazy_baseline), and keep the failing
-// tensors' lines under it in pc.diagnostic. It says how far an equally accurate
+// tensors' lines under it in pc.diagnostic, each with its worst element as O, K, P and the
+// statistics' ensemble have it (check::element_report). It says how far an equally accurate
 // pipeline's error reaches where K failed; the verdicts stay the rule's above.
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
@@ -378,9 +379,14 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
        << " s), the tensors that failed above:\n";
     for (size_t i = 0; i < pc.comparisons.size(); ++i)
       for (size_t t = 0; t < pc.comparisons[i].tensors.size(); ++t)
-        if (!pc.comparisons[i].tensors[t].pass)
+        if (!pc.comparisons[i].tensors[t].pass) {
+          const check::KRuleResult& r = pc.comparisons[i].tensors[t];
           os << "  " << v.comparisons[i].label << " | " << v.comparisons[i].tensors[t].summary()
              << "\n";
+          if (r.kernel.argmax_abs >= 0)  // the worst element, as O, K, P and the ensemble have it
+            os << "    " << check::element_report(r.tensor, r.kernel.argmax_abs, in, Ks[i], O, P, ens)
+               << "\n";
+        }
     pc.diagnostic = os.str();
   }
   for (size_t i = 0; i < pc.comparisons.size(); ++i)
