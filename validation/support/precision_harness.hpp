@@ -149,12 +149,10 @@ class FamilyTable {
 
 // ---- GEMM tier ----------------------------------------------------------------------
 
-// The bf16/f16 GEMM tier of this process's GPU runs (MAMBACHECK_TYPED_GEMM,
-// default tensor-core; gpu_test.hpp).
-inline gpu::TypedGemm precision_typed_gemm() { return typed_gemm_from_env(); }
-
+// The GEMM tier of this process's GPU runs of `dtype` (bf16/f16: MAMBACHECK_TYPED_GEMM,
+// typed_gemm_from_env in gpu_test.hpp).
 inline gpu::GemmTier precision_tier(DType dtype) {
-  return gpu::gemm_tier(dtype, gpu::GemmMath::F32, precision_typed_gemm());
+  return gpu::gemm_tier(dtype, gpu::GemmMath::F32, typed_gemm_from_env());
 }
 
 // ---- JSON rows of this process --------------------------------------------------
@@ -264,7 +262,6 @@ struct PrecisionCase {
   std::vector<check::Comparison> comparisons;  // parallel to scans (up to the error)
   std::string error;                     // non-empty: a GPU run hit a NaN/Inf
   double seconds_O = 0, seconds_P = 0, seconds_M = 0, seconds_K = 0;
-  int baseline_runs = 0;   // conforming runs in the verdicts' baseline (0: P alone)
   // With diagnostic_runs (run_precision_case): where some tensor failed the k-rule, the
   // typed rule with conforming runs as a diagnosis, not a verdict: its runs (computed
   // lazily), their wall time, and each failing tensor's line under it.
@@ -348,7 +345,7 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
     t0 = std::chrono::steady_clock::now();
     try {
       Ks.push_back(check::gpu_run(in, m, gpu::GemmMath::F32, /*check_finite=*/true,
-                                  ScanExp::Auto, precision_typed_gemm()));
+                                  ScanExp::Auto, typed_gemm_from_env()));
     } catch (const gpu::NonFiniteError& e) {
       pc.error = std::string(e.overflow ? "f16 OVERFLOW" : "NON-FINITE") + " (" + pc.shape +
                  " dtype=" + to_string(dtype) + " scan=" + to_string(m) +
@@ -364,7 +361,6 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   for (size_t i = 0; i < Ks.size(); ++i)
     pc.comparisons.push_back(check::compare_model(labels[i], in, Ks[i], O, P, ens,
                                                   baseline_runs > 0 ? &N : nullptr));
-  pc.baseline_runs = baseline_runs;
   bool k_rule_fails = false;
   for (const check::Comparison& c : pc.comparisons)
     for (const check::KRuleResult& r : c.tensors) k_rule_fails |= !r.pass;

@@ -21,16 +21,11 @@
 
 #include "check/model_check.hpp"
 #include "reference_cpu/mca_scalar.hpp"
+#include "validation/support/typed_rule_stand_ins.hpp"
 
 namespace {
 
 using mc::check::ModelOutputs;
-
-ModelOutputs<float> as_float(const ModelOutputs<double>& m) {
-  auto f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-  return {f(m.out), f(m.conv_final), f(m.ssm_final), f(m.grads), f(m.dX), f(m.d_conv0),
-          f(m.d_ssm0)};
-}
 
 long parse_positive(const char* field, const char* text, long limit) {
   char* end = nullptr;
@@ -80,11 +75,11 @@ int main(int argc, char** argv) {
     std::printf("P done at %.0f s\n", elapsed());
     const auto N = mc::check::conforming_runs(in, dtype, runs, seed);
     std::printf("%d conforming runs done at %.0f s\n", runs, elapsed());
-    // stand-ins: conforming runs of another seed, as the CPU calibration test draws them
-    const auto S = mc::check::conforming_runs(in, dtype, stand_ins, seed + 0x5bd1e995);
+    // stand-ins, as the CPU calibration test draws them
+    const auto S = mc::testing::stand_ins(in, dtype, stand_ins, seed);
     std::printf("%d stand-ins done at %.0f s\n", stand_ins, elapsed());
     for (size_t j = 0; j < S.size(); ++j) {
-      const ModelOutputs<float> K = as_float(S[j]);
+      const ModelOutputs<float> K = mc::testing::as_float(S[j]);
       const auto p_only = mc::check::compare_model("P only", in, K, O, P);
       const auto with_runs = mc::check::compare_model("P + runs", in, K, O, P, nullptr, &N);
       std::printf("stand-in %zu: P alone %s (max k %.3g), P and the runs %s (max k %.3g)\n", j,
