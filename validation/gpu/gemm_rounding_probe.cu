@@ -12,13 +12,14 @@
 //
 // Each GEMM of the model with a typed output, called as gpu/gemm.cpp calls it (the
 // forward and the input gradient, with the model's workspace), at the shapes of the
-// f16 precision property's failing case and of d_model 768.
+// f16 precision property's failing case, of d_model 768 and of d_model 2048.
 // usage: gemm_rounding_probe            (prints one line per dtype x compute x shape)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -90,7 +91,9 @@ void probe(cublasHandle_t h, cublasComputeType_t ct, const char* ct_name, Role r
   PROBE_CHECK(cudaMemcpy(c.data(), dc, c.size() * sizeof(T), cudaMemcpyDeviceToHost));
   long same = 0, toward = 0, away = 0, other = 0;
   double signed_ulps = 0.0, worst = 0.0;
-  const int rows = M < 1024 ? M : 1024;
+  // at most 1024 rows, fewer where the host's double loop would pass ~2e9 products
+  const int64_t by_work = int64_t(2e9) / (out_cols * red);
+  const int rows = int(std::min<int64_t>({int64_t(M), 1024, std::max<int64_t>(by_work, 16)}));
   for (int m = 0; m < rows; ++m)
     for (int64_t o = 0; o < out_cols; ++o) {
       double exact = 0.0;
@@ -154,6 +157,11 @@ int main() {
       {Role::InputGrad, 16384, 48, 1536, "dt_proj dX (dm 768)"},
       {Role::InputGrad, 16384, 1536, 80, "x_proj dX (dm 768)"},
       {Role::InputGrad, 16384, 1536, 768, "out_proj dX (dm 768)"},
+      // d_model 2048 (d_inner 4096, dt_rank 128, xd 160): F16DModel2048's d_param failure
+      // (docs/performance-notes.md, "2026-12-06"); dY of the D-skip gradient comes from
+      // out_proj dX (a sum of 2048), u from in_proj's x half (a sum of 2048)
+      {Role::Forward, 16384, 2048, 8192, "in_proj (dm 2048)"},
+      {Role::InputGrad, 16384, 4096, 2048, "out_proj dX (dm 2048)"},
   };
   for (const Shape& s : shapes) {
     probe<F16>(h, CUBLAS_COMPUTE_32F, "tensor", s.role, s.M, s.K, s.N, s.what);
