@@ -1,15 +1,25 @@
 // precision_element_probe.cpp — one tensor of the bf16/f16 model-shape problem, judged
 // element by element on both typed GEMM tiers in one process: O (f64 oracle), P (the f32
-// same-precision baseline), a Monte Carlo ensemble (the statistics' runs, moments GEMM as
-// in the model-shape suite), and the GPU pipeline K on the tensor-core and the strict
-// (PEDANTIC) tier, checkpointed scan route. For each tier: the tensor's k-rule line, and
-// its `top` worst elements as O, K, P and the ensemble have them (check::element_report),
-// plus the other tier's K there. Written for F16DModel2048's d_param failure
+// same-precision baseline), conforming runs (pipelines exactly as accurate as P that make
+// other f32 rounding choices, check::conforming_runs), a Monte Carlo ensemble (the
+// statistics' runs, which also perturb every typed store; moments GEMM as in the
+// model-shape suite), and the GPU pipeline K on the tensor-core and the strict (PEDANTIC)
+// tier, checkpointed scan route. For each tier: the tensor's k-rule line (P alone, then P
+// and the conforming runs), and its `top` worst elements as O, K, P and the conforming
+// runs have them, the Monte Carlo runs there (check::element_report), and the other
+// tier's K there.
+//
+// Why the conforming runs matter here: where a sum's error is dominated by the f16
+// roundings of its terms, an equally accurate pipeline rounds almost every term as P does
+// (it differs from P by f32-level noise, which flips few roundings), so its error sits
+// close to P's, not at an independent draw; the Monte Carlo runs, which perturb every
+// store, spread much wider. A K far from P and from every conforming run there computes
+// something P does not model. Written for F16DModel2048's d_param failure
 // (docs/performance-notes.md, "2026-12-06"): O, P and the ensemble are shared by the two
 // tiers, so the question "is the tensor-core GEMM the source" costs one GPU run more
 // instead of a second suite run (~270 s at d_model 2048 on a 16-thread host).
-//   precision_element_probe 2048 8 2048 f16 4 20260415 grad.layers.0.d_param 8
-// (d_model, B, T, dtype, ensemble runs, seed, tensor, top; d_state 16, d_conv 4, expand 2,
+//   precision_element_probe 2048 8 2048 f16 2 2 20260415 grad.layers.0.d_param 8
+// (d_model, B, T, dtype, conforming runs, Monte Carlo runs, seed, tensor, top; d_state 16, d_conv 4, expand 2,
 // one layer, input_dim = d_model: the suite's problem). Needs a GPU.
 #include <algorithm>
 #include <chrono>
@@ -62,8 +72,9 @@ std::vector<int64_t> worst_elements(const mc::check::TensorSpec& t, const ModelO
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 9) {
-    std::fprintf(stderr, "usage: %s d_model B T bf16|f16 ensemble_runs seed tensor top\n", argv[0]);
+  if (argc < 10) {
+    std::fprintf(stderr, "usage: %s d_model B T bf16|f16 conforming_runs mc_runs seed tensor top\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -79,10 +90,11 @@ int main(int argc, char** argv) {
     const std::string dt = argv[4];
     if (dt != "bf16" && dt != "f16") throw std::invalid_argument("dtype '" + dt + "' is not bf16 or f16");
     const mc::DType dtype = dt == "bf16" ? mc::DType::BF16 : mc::DType::F16;
-    const int runs = int(parse_in_range("ensemble_runs", argv[5], 0, 64));
-    const uint64_t seed = std::strtoull(argv[6], nullptr, 10);
-    const std::string tensor = argv[7];
-    const int top = int(parse_in_range("top", argv[8], 1, 1000));
+    const int conforming = int(parse_in_range("conforming_runs", argv[5], 0, 64));
+    const int runs = int(parse_in_range("mc_runs", argv[6], 0, 64));
+    const uint64_t seed = std::strtoull(argv[7], nullptr, 10);
+    const std::string tensor = argv[8];
+    const int top = int(parse_in_range("top", argv[9], 1, 1000));
 
     const mc::ref::ScopedMcaGemm moments(mc::ref::McaGemm::Moments);
     const auto t0 = std::chrono::steady_clock::now();
@@ -103,21 +115,30 @@ int main(int argc, char** argv) {
     std::printf("O done at %.0f s\n", elapsed());
     const auto P = mc::check::oracle_run<float>(in, dtype);
     std::printf("P done at %.0f s\n", elapsed());
+    const auto N = mc::check::conforming_runs(in, dtype, conforming, seed);
+    std::printf("%d conforming runs done at %.0f s\n", conforming, elapsed());
     const auto M = mc::check::mca_ensemble(in, dtype, runs, seed);
-    std::printf("%d ensemble runs done at %.0f s\n", runs, elapsed());
+    std::printf("%d Monte Carlo runs done at %.0f s\n", runs, elapsed());
 
     for (size_t j = 0; j < tiers.size(); ++j) {
       const std::string tier = to_string(mc::gpu::gemm_tier(dtype, mc::gpu::GemmMath::F32, tiers[j]));
-      const auto cmp = mc::check::compare_model(shape + " scan=checkpointed gemm=" + tier, in, Ks[j],
-                                                O, P, runs > 0 ? &M : nullptr);
-      std::printf("\n== tier %s: every tensor with k > 1.5, and %s\n", tier.c_str(), tensor.c_str());
-      for (const auto& r : cmp.tensors)
-        if (r.k > 1.5 || r.tensor == tensor) std::printf("  %s\n", r.summary().c_str());
+      const std::string label = shape + " scan=checkpointed gemm=" + tier;
+      const auto cmp = mc::check::compare_model(label, in, Ks[j], O, P, runs > 0 ? &M : nullptr);
+      const auto typed = mc::check::compare_model(label, in, Ks[j], O, P, nullptr,
+                                                  conforming > 0 ? &N : nullptr);
+      std::printf("\n== tier %s: every tensor with k > 1.5 against P alone, and %s; each "
+                  "against P alone, then against P and the conforming runs\n",
+                  tier.c_str(), tensor.c_str());
+      for (size_t i = 0; i < cmp.tensors.size(); ++i)
+        if (cmp.tensors[i].k > 1.5 || cmp.tensors[i].tensor == tensor)
+          std::printf("  %s\n    %s\n", cmp.tensors[i].summary().c_str(),
+                      typed.tensors[i].summary().c_str());
       const ModelOutputs<float>& other = Ks[1 - j];
       for (int64_t i : worst_elements(spec, Ks[j], O, top)) {
         const size_t at = size_t(spec.offset + i);
         const double o = mc::check::field(O, spec.field)[at];
-        std::printf("  %s\n      other tier's K-O there %.7g\n",
+        std::printf("  conforming runs: %s\n  Monte Carlo runs: %s\n  other tier's K-O there %.7g\n",
+                    mc::check::element_report(tensor, i, in, Ks[j], O, P, conforming > 0 ? &N : nullptr).c_str(),
                     mc::check::element_report(tensor, i, in, Ks[j], O, P, runs > 0 ? &M : nullptr).c_str(),
                     double(mc::check::field(other, spec.field)[at]) - o);
       }
