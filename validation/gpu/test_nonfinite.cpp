@@ -184,6 +184,7 @@ TEST_F(NonFinite, NaNInTheUpstreamGradientIsReportedByTheBackward) {
     opt.dtype = t;
     opt.check_finite = true;
     opt.state_grads = true;
+    opt.typed_gemm = typed_gemm_from_env();  // as gpu_run above: scripts/sanitize.sh's initcheck tier
     gpu::Model m(cfg, kB, kT, opt);
     m.set_params(in.params);
     m.set_state(in.conv0, in.ssm0);
@@ -332,6 +333,7 @@ TEST_F(NonFinite, F16OverflowOfAGradientIsReportedAsOverflowByTheBackward) {
   opt.dtype = DType::F16;
   opt.check_finite = true;
   opt.state_grads = true;
+  opt.typed_gemm = typed_gemm_from_env();
   gpu::Model m(cfg, kB, kT, opt);
   m.set_params(in.params);
   m.set_state(in.conv0, in.ssm0);

@@ -262,12 +262,12 @@ struct PrecisionCase {
   std::vector<check::Comparison> comparisons;  // parallel to scans (up to the error)
   std::string error;                     // non-empty: a GPU run hit a NaN/Inf
   double seconds_O = 0, seconds_P = 0, seconds_M = 0, seconds_K = 0;
-  // With diagnostic_runs (run_precision_case): where some tensor failed the k-rule, the
-  // typed rule with conforming runs as a diagnosis, not a verdict: its runs (computed
-  // lazily), their wall time, and each failing tensor's line under it.
-  int diagnostic_runs = 0;
-  double seconds_diagnostic = 0;
-  std::string diagnostic;
+  // With lazy_baseline_runs (run_precision_case): the conforming runs the typed rule
+  // needed (0 where every tensor passed against P alone), their wall time, and the
+  // tensors that failed against P alone: their P-only lines and worst elements.
+  int lazy_runs = 0;
+  double seconds_lazy = 0;
+  std::string p_only_failures;
 
   bool pass() const {
     if (!error.empty() || comparisons.size() != scans.size()) return false;
@@ -309,19 +309,19 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // O and P once, then K and the comparison per scan mode (check_finite on).
 // Rows go to the JSON collector; nothing is asserted here.
 // stat_runs: the ensemble size of the statistical checks (0: none); baseline_runs:
-// the conforming runs of the rule's baseline (check::conforming_runs; 0: P alone);
-// diagnostic_runs: where some tensor fails the k-rule, judge the kernel results again
-// under the typed rule with up to that many conforming runs, computed one at a time
-// while a tensor fails (check::compare_models_lazy_baseline), and keep the failing
-// tensors' lines under it in pc.diagnostic, each with its worst element as O, K, P and the
-// statistics' ensemble have it (check::element_report). It says how far an equally accurate
-// pipeline's error reaches where K failed; the verdicts stay the rule's above.
+// the conforming runs of the rule's baseline, computed up front (check::conforming_runs;
+// 0: P alone); lazy_baseline_runs (with baseline_runs = 0): the same typed rule, its
+// runs computed one at a time and only while some tensor fails against P and the runs
+// so far (check::compare_models_lazy_baseline: the verdicts of the eager rule with that
+// many runs, at no cost where P alone passes). With it the tensors that failed against P
+// alone are kept in pc.p_only_failures, each with its worst element as O, K, P and the
+// statistics' ensemble have it (check::element_report).
 inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64_t T,
                                         uint64_t seed, DType dtype,
                                         const std::vector<ScanMode>& scans,
                                         int stat_runs = check::kStatRuns,
                                         int baseline_runs = check::kTypedBaselineRuns,
-                                        int diagnostic_runs = 0) {
+                                        int lazy_baseline_runs = 0) {
   PrecisionCase pc;
   pc.shape = check::describe(cfg, B, T);
   pc.dtype = dtype;
@@ -361,29 +361,25 @@ inline PrecisionCase run_precision_case(const ModelConfig& cfg, int64_t B, int64
   for (size_t i = 0; i < Ks.size(); ++i)
     pc.comparisons.push_back(check::compare_model(labels[i], in, Ks[i], O, P, ens,
                                                   baseline_runs > 0 ? &N : nullptr));
-  bool k_rule_fails = false;
+  bool p_only_fails = false;
   for (const check::Comparison& c : pc.comparisons)
-    for (const check::KRuleResult& r : c.tensors) k_rule_fails |= !r.pass;
-  if (diagnostic_runs > 0 && k_rule_fails) {
-    const check::TypedVerdicts v =
-        check::compare_models_lazy_baseline(labels, in, Ks, O, P, nullptr, diagnostic_runs, seed);
-    pc.diagnostic_runs = v.runs;
-    pc.seconds_diagnostic = v.seconds_runs;
+    for (const check::KRuleResult& r : c.tensors) p_only_fails |= !r.pass;
+  if (lazy_baseline_runs > 0 && baseline_runs == 0 && p_only_fails) {
     std::ostringstream os;
-    os << "diagnosis, not a verdict: the typed rule with conforming runs (" << v.runs
-       << " computed, at most " << diagnostic_runs << ", " << v.seconds_runs
-       << " s), the tensors that failed above:\n";
     for (size_t i = 0; i < pc.comparisons.size(); ++i)
-      for (size_t t = 0; t < pc.comparisons[i].tensors.size(); ++t)
-        if (!pc.comparisons[i].tensors[t].pass) {
-          const check::KRuleResult& r = pc.comparisons[i].tensors[t];
-          os << "  " << v.comparisons[i].label << " | " << v.comparisons[i].tensors[t].summary()
-             << "\n";
+      for (const check::KRuleResult& r : pc.comparisons[i].tensors)
+        if (!r.pass) {
+          os << "  " << pc.comparisons[i].label << " | " << r.summary() << "\n";
           if (r.kernel.argmax_abs >= 0)  // the worst element, as O, K, P and the ensemble have it
             os << "    " << check::element_report(r.tensor, r.kernel.argmax_abs, in, Ks[i], O, P, ens)
                << "\n";
         }
-    pc.diagnostic = os.str();
+    pc.p_only_failures = os.str();
+    check::TypedVerdicts v =
+        check::compare_models_lazy_baseline(labels, in, Ks, O, P, ens, lazy_baseline_runs, seed);
+    pc.lazy_runs = v.runs;
+    pc.seconds_lazy = v.seconds_runs;
+    pc.comparisons = std::move(v.comparisons);
   }
   for (size_t i = 0; i < pc.comparisons.size(); ++i)
     PrecisionJson::instance().add(pc.comparisons[i], dtype, pc.shape, scans[i], seed);
