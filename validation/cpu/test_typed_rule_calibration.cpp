@@ -171,8 +171,9 @@ TEST(TypedRuleCalibration, LazyBaselineGivesTheEagerVerdicts) {
   }
 }
 
-// check::element_report, the diagnosis's look at a failing tensor's worst element: each
-// source's value there, and the ensemble's spread.
+// check::element_report, the look at the worst element of a tensor over the rule against
+// P alone (the model-shape suite's printout, precision_element_probe): each source's value
+// there, and the ensemble's spread.
 TEST(TypedRuleCalibration, ElementReportShowsEverySourceAtTheWorstElement) {
   const Calibration c = calibrate(failing_f16_shape(), 1, 1023, 13, DType::F16, 1);
   const ModelOutputs<float> K = as_float(c.stand_ins[0]);
