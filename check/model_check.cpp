@@ -265,7 +265,9 @@ TypedVerdicts compare_models_lazy_baseline(const std::vector<std::string>& label
     }
     return all_pass;
   };
-  if (judge(nullptr)) return v;
+  const bool p_alone_passes = judge(nullptr);
+  v.p_only = v.comparisons;
+  if (p_alone_passes) return v;
   std::vector<ModelOutputs<double>> N;
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < baseline_runs; ++r) {

@@ -215,6 +215,7 @@ Comparison compare_model(const std::string& label, const ModelInputs& in,
 // model shapes a run costs about one f64 oracle (validation/gpu/test_precision_model.cpp).
 struct TypedVerdicts {
   std::vector<Comparison> comparisons;  // parallel to the kernel results
+  std::vector<Comparison> p_only;       // the first judgement, against P alone (same order)
   int runs = 0;                          // conforming runs computed (0..baseline_runs)
   double seconds_runs = 0;               // their wall time
 };

@@ -116,7 +116,15 @@ TEST(TypedRuleCalibration, LazyBaselineGivesTheEagerVerdicts) {
   std::cout << "lazy baseline: " << lazy.runs << " conforming run(s) for " << all.size()
             << " stand-ins\n";
   ASSERT_EQ(lazy.comparisons.size(), all.size());
+  ASSERT_EQ(lazy.p_only.size(), all.size());
   for (size_t j = 0; j < all.size(); ++j) {
+    // its first judgement is the rule against P alone
+    const check::Comparison alone = check::compare_model("P only", c.in, all[j], c.O, c.P);
+    ASSERT_EQ(lazy.p_only[j].tensors.size(), alone.tensors.size());
+    for (size_t i = 0; i < alone.tensors.size(); ++i) {
+      EXPECT_EQ(lazy.p_only[j].tensors[i].pass, alone.tensors[i].pass);
+      EXPECT_EQ(lazy.p_only[j].tensors[i].k, alone.tensors[i].k);
+    }
     const check::Comparison eager =
         check::compare_model("eager", c.in, all[j], c.O, c.P, nullptr, &c.baselines);
     const check::Comparison& lz = lazy.comparisons[j];
