@@ -82,6 +82,17 @@ ModelOutputs<float> run(const ModelInputs& in, ScanMode m, bool check_finite) {
                         typed_gemm_from_env());
 }
 
+// A Model's options for the tests that drive forward and backward themselves: check_finite,
+// state gradients, and the GEMM tier of this process, as run() above has it.
+gpu::RunOptions checked_options(DType t) {
+  gpu::RunOptions opt;
+  opt.dtype = t;
+  opt.check_finite = true;
+  opt.state_grads = true;
+  opt.typed_gemm = typed_gemm_from_env();
+  return opt;
+}
+
 // Runs gpu_run with check_finite and returns the error it threw (or fails).
 gpu::NonFiniteError expect_nonfinite(const ModelInputs& in, const std::string& what) {
   try {
@@ -180,12 +191,7 @@ TEST_F(NonFinite, NaNInTheUpstreamGradientIsReportedByTheBackward) {
     ModelInputs in = check::make_model_inputs(cfg, kB, kT, kSeed, t);
     const int64_t at = 9 * cfg.d_model + 4;
     in.d_out[size_t(at)] = kNaN;
-    gpu::RunOptions opt;
-    opt.dtype = t;
-    opt.check_finite = true;
-    opt.state_grads = true;
-    opt.typed_gemm = typed_gemm_from_env();  // as gpu_run above: scripts/sanitize.sh's initcheck tier
-    gpu::Model m(cfg, kB, kT, opt);
+    gpu::Model m(cfg, kB, kT, checked_options(t));
     m.set_params(in.params);
     m.set_state(in.conv0, in.ssm0);
     std::vector<float> out, grads;
@@ -329,12 +335,7 @@ TEST_F(NonFinite, F16OverflowOfAGradientIsReportedAsOverflowByTheBackward) {
     in.d_out[size_t(r * d.dm + j)] = std::ldexp(in.d_out[size_t(r * d.dm + j)], k);
   const std::string what = "d_out row " + std::to_string(r) + " x 2^" + std::to_string(k);
 
-  gpu::RunOptions opt;
-  opt.dtype = DType::F16;
-  opt.check_finite = true;
-  opt.state_grads = true;
-  opt.typed_gemm = typed_gemm_from_env();
-  gpu::Model m(cfg, kB, kT, opt);
+  gpu::Model m(cfg, kB, kT, checked_options(DType::F16));
   m.set_params(in.params);
   m.set_state(in.conv0, in.ssm0);
   std::vector<float> out, grads;
