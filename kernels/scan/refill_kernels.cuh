@@ -11,11 +11,15 @@
 //
 // One thread per (b, d, 4 consecutive states); no shared memory, no barriers. Each step
 // reads δ and u of its channel and 4 values of the B row (cached: the lanes of a channel
-// and the channels of a warp share them). A chunk's K steps are loaded into registers
-// before any of them is used (3·K loads in flight a thread): with ~12 warps an SM at
-// B 8, d_inner 1536, d_state 16, one step's loads at a time would leave ~4 KB in flight
-// an SM, ~0.6 TB/s by Little's law at ~1 µs latency, slower than the exponentials. The
-// exponentials do not depend on h either, so only one FMA a step is on the h chain.
+// and the channels of a warp share them). The inputs go through a ring of registers in
+// kRefillBatches batches of K / kRefillBatches steps: each batch is loaded three batches
+// (12 steps at K = 16) before it is walked, so a thread waits for memory only at its
+// first batches. Why: with ~12 warps an SM at B 8, d_inner 1536, d_state 16 the walk of
+// a step takes ~50 ns of an SM's exponentials, and a load ~0.5-1 µs; loading a chunk and
+// then walking it (the first version) left every chunk's walk waiting for its own loads.
+// The ring holds as many registers as that version's one chunk (3·K values a step's
+// worth: 96 at K = 16). The exponentials do not depend on h either, so only one FMA a
+// step is on the h chain.
 #pragma once
 
 #include "kernels/scan/ckpt_kernels.cuh"
@@ -23,6 +27,9 @@
 namespace mc::kern::scan_detail {
 
 constexpr int kRefillThreads = 128;
+// Batches a chunk's inputs are loaded in (refill_kernels.cuh): NB - 1 of them in flight
+// while one is walked.
+constexpr int kRefillBatches = 4;
 
 // The inputs every per-state pass reads first (this refill, and the backward's carry pass
 // of piece_kernels.cuh): the shape and δ. V: the storage type.
@@ -47,6 +54,13 @@ struct CkptRefillArgs : StatePassHead<V> {
   int64_t c_lo, c_hi;                 // the group: chunks c_lo .. c_hi-1 (c_lo a multiple of G)
   bool vec_b;                         // B rows as 4-element vectors (alignment checked)
   bool vec_state;                     // ds % 4 == 0: states as float4
+};
+
+// One batch of a chunk's inputs of one thread, in registers: δ (or Δraw), u, and 4 B values
+// a step.
+template <int N>
+struct RefillBatch {
+  float x[N], u[N], b[N][4];
 };
 
 // Threads per sample: di · ceil(ds / 4), in blocks of kRefillThreads.
@@ -83,23 +97,46 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillA
   const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
   const T* up = p.u + (b * p.T + p.c_lo * K) * p.ld_u + d;
   const T* bp = p.Bm + (b * p.T + p.c_lo * K) * p.ld_B + n0;
+  // The chunk's steps in kRefillBatches batches of KB; batch j of chunk c goes into ring
+  // slot j, loaded kRefillBatches - 1 batches before it is walked.
+  constexpr int NB = kRefillBatches, KB = K / NB;
+  static_assert(K % NB == 0, "the refill's batches divide the chunk");
+  // steps j·KB .. j·KB+KB-1 of the chunk the row pointers are at, plus `ahead` chunks
+  auto load = [&](RefillBatch<KB>& r, int j, int ahead) {
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const int64_t i = int64_t(ahead) * K + j * KB + k;
+      r.x[k] = load_f32(dp + i * p.ld_delta);
+      r.u[k] = load_f32(up + i * p.ld_u);
+      load_vec<4>(bp + i * p.ld_B, vb, nvalid, r.b[k]);
+    }
+  };
+  auto walk = [&](const RefillBatch<KB>& r) {
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const float dl = p.delta_bias ? act_softplus(r.x[k] + bias) : r.x[k];
+      const float du = dl * r.u[k];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * r.b[k][s]);
+    }
+  };
+  // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
+  RefillBatch<KB> ring[NB];
+  if (p.c_lo + 1 < p.c_hi) {
+#pragma unroll
+    for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0);
+  }
   for (int64_t c = p.c_lo;; ++c) {
     store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c
-    if (c + 1 >= p.c_hi) break;  // chunk c + 1 exists, so chunk c's K steps are all < T
+    if (c + 1 >= p.c_hi) break;
     out += plane;
-    float x[K], uv[K], bv[K][4];  // the chunk's inputs, all loaded before the first step
+    const bool next = c + 2 < p.c_hi;  // chunk c + 1 is walked too
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      x[k] = load_f32(dp + k * p.ld_delta);
-      uv[k] = load_f32(up + k * p.ld_u);
-      load_vec<4>(bp + k * p.ld_B, vb, nvalid, bv[k]);
-    }
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const float dl = p.delta_bias ? act_softplus(x[k] + bias) : x[k];
-      const float du = dl * uv[k];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * bv[k][s]);
+    for (int j = 0; j < NB; ++j) {
+      const int jl = j + NB - 1;  // the batch loaded now: this chunk's last, or the next's
+      if (jl < NB) load(ring[jl], jl, 0);
+      else if (next) load(ring[jl - NB], jl - NB, 1);
+      walk(ring[j]);
     }
     dp += K * p.ld_delta;
     up += K * p.ld_u;
