@@ -92,11 +92,6 @@ __device__ __forceinline__ void load_chunk_column(const T* m, int64_t ld, int64_
   for (int k = 0; k < K; ++k) out[k] = __ldg(m + chunk_row(r0, nk, k) * ld + col);
 }
 
-// The storage value as f32 (the conversion load_f32 makes).
-__device__ __forceinline__ float as_f32(float v) { return v; }
-__device__ __forceinline__ float as_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float as_f32(__half v) { return __half2float(v); }
-
 // The 16-lane passes keep a chunk's loads in the storage type until the chunk is walked, in
 // two buffers that alternate (ping-pong): the loads of chunk c±1 stay in flight during chunk
 // c's walk. Converting on load, or copying the next buffer into the current one, made every

@@ -12,15 +12,20 @@
 // One thread per (b, d, 4 consecutive states); no shared memory, no barriers. Each step
 // reads δ and u of its channel and 4 values of the B row (cached: the lanes of a channel
 // and the channels of a warp share them). The inputs go through a ring of registers in
-// kRefillBatches batches of K / kRefillBatches steps: each batch is loaded three batches
-// (12 steps at K = 16) before it is walked, so a thread waits for memory only at its
-// first batches. Why: with ~12 warps an SM at B 8, d_inner 1536, d_state 16 the walk of
-// a step takes ~50 ns of an SM's exponentials, and a load ~0.5-1 µs; loading a chunk and
-// then walking it (the first version) left every chunk's walk waiting for its own loads.
-// The ring holds as many registers as that version's one chunk (3·K values a step's
-// worth: 96 at K = 16). The exponentials do not depend on h either, so only one FMA a
-// step is on the h chain.
+// kRefillBatches batches of K / kRefillBatches steps, in the storage type: each batch is
+// loaded three batches (12 steps at K = 16) before it is walked and converted to f32 only
+// there, so a thread waits for memory only at its first batches. Why: with ~12 warps an SM
+// at B 8, d_inner 1536, d_state 16 the walk of a step takes ~50 ns of an SM's
+// exponentials, and a load ~0.5-1 µs. The first version loaded a chunk and then walked
+// it, converting bf16 at the load: on an H100 (bench_scan, bf16, T 2048, one group of 61
+// chunks) it took 627 µs for 60 chunks, 0.10 instructions issued a cycle per scheduler,
+// 85 % of the stalls on global loads; f32, with no conversion, refilled ~4.5x faster. The
+// ring holds as many registers as that version's one chunk (96 at K = 16 in f32, fewer in
+// bf16/f16). The exponentials do not depend on h either, so only one FMA a step is on the
+// h chain.
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/scan/ckpt_kernels.cuh"
 
@@ -56,11 +61,41 @@ struct CkptRefillArgs : StatePassHead<V> {
   bool vec_state;                     // ds % 4 == 0: states as float4
 };
 
-// One batch of a chunk's inputs of one thread, in registers: δ (or Δraw), u, and 4 B values
-// a step.
-template <int N>
+// The storage value as f32 (the conversion load_f32 makes), for values loaded earlier in
+// the storage type (this refill, and the passes of piece_kernels.cuh).
+__device__ __forceinline__ float as_f32(float v) { return v; }
+__device__ __forceinline__ float as_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float as_f32(__half v) { return __half2float(v); }
+
+// 4 consecutive values of a typed row, kept in the storage type until they are used.
+template <class T>
+struct Quad {
+  T v[4];
+};
+// One load of 4 values when `vec` (the launcher checked the alignment), else `valid`
+// scalar loads and zeros after.
+template <class T>
+__device__ __forceinline__ Quad<T> load_quad(const T* p, bool vec, int valid) {
+  Quad<T> q;
+  if (vec) {
+    using W = typename std::conditional<sizeof(T) == 4, float4, uint2>::type;  // 4 values
+    static_assert(sizeof(W) == sizeof(Quad<T>), "a quad is one vector load");
+    const W w = __ldg(reinterpret_cast<const W*>(p));
+    memcpy(&q, &w, sizeof q);
+  } else {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) q.v[s] = s < valid ? __ldg(p + s) : zero_elem<T>();
+  }
+  return q;
+}
+
+// One batch of a chunk's inputs of one thread, in registers and in the storage type: δ (or
+// Δraw), u, and 4 B values a step. Converting at load time would make the thread wait for
+// each load as soon as it is issued (measured: see the file header).
+template <class T, int N>
 struct RefillBatch {
-  float x[N], u[N], b[N][4];
+  T x[N], u[N];
+  Quad<T> b[N];
 };
 
 // Threads per sample: di · ceil(ds / 4), in blocks of kRefillThreads.
@@ -102,26 +137,28 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillA
   constexpr int NB = kRefillBatches, KB = K / NB;
   static_assert(K % NB == 0, "the refill's batches divide the chunk");
   // steps j·KB .. j·KB+KB-1 of the chunk the row pointers are at, plus `ahead` chunks
-  auto load = [&](RefillBatch<KB>& r, int j, int ahead) {
+  auto load = [&](RefillBatch<T, KB>& r, int j, int ahead) {
 #pragma unroll
     for (int k = 0; k < KB; ++k) {
       const int64_t i = int64_t(ahead) * K + j * KB + k;
-      r.x[k] = load_f32(dp + i * p.ld_delta);
-      r.u[k] = load_f32(up + i * p.ld_u);
-      load_vec<4>(bp + i * p.ld_B, vb, nvalid, r.b[k]);
+      r.x[k] = __ldg(dp + i * p.ld_delta);
+      r.u[k] = __ldg(up + i * p.ld_u);
+      r.b[k] = load_quad(bp + i * p.ld_B, vb, nvalid);
     }
   };
-  auto walk = [&](const RefillBatch<KB>& r) {
+  auto walk = [&](const RefillBatch<T, KB>& r) {
 #pragma unroll
     for (int k = 0; k < KB; ++k) {
-      const float dl = p.delta_bias ? act_softplus(r.x[k] + bias) : r.x[k];
-      const float du = dl * r.u[k];
+      const float x = as_f32(r.x[k]);
+      const float dl = p.delta_bias ? act_softplus(x + bias) : x;
+      const float du = dl * as_f32(r.u[k]);
 #pragma unroll
-      for (int s = 0; s < 4; ++s) h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * r.b[k][s]);
+      for (int s = 0; s < 4; ++s)
+        h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * as_f32(r.b[k].v[s]));
     }
   };
   // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
-  RefillBatch<KB> ring[NB];
+  RefillBatch<T, KB> ring[NB];
   if (p.c_lo + 1 < p.c_hi) {
 #pragma unroll
     for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0);
