@@ -67,10 +67,13 @@ __device__ __forceinline__ float as_f32(float v) { return v; }
 __device__ __forceinline__ float as_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float as_f32(__half v) { return __half2float(v); }
 
-// 4 consecutive values of a typed row, kept in the storage type until they are used.
+// 4 consecutive values of a typed row, kept as the one word a vector load gives (float4 in
+// f32, uint2 of four 16-bit values otherwise) until they are used: unpacking 16-bit values
+// into registers of their own is itself a use, and made the thread wait for the load there.
 template <class T>
 struct Quad {
-  T v[4];
+  using Word = typename std::conditional<sizeof(T) == 4, float4, uint2>::type;
+  Word w;
 };
 // One load of 4 values when `vec` (the launcher checked the alignment), else `valid`
 // scalar loads and zeros after.
@@ -78,15 +81,36 @@ template <class T>
 __device__ __forceinline__ Quad<T> load_quad(const T* p, bool vec, int valid) {
   Quad<T> q;
   if (vec) {
-    using W = typename std::conditional<sizeof(T) == 4, float4, uint2>::type;  // 4 values
-    static_assert(sizeof(W) == sizeof(Quad<T>), "a quad is one vector load");
-    const W w = __ldg(reinterpret_cast<const W*>(p));
-    memcpy(&q, &w, sizeof q);
-  } else {
+    q.w = __ldg(reinterpret_cast<const typename Quad<T>::Word*>(p));
+  } else if constexpr (sizeof(T) == 4) {
+    float v[4];
 #pragma unroll
-    for (int s = 0; s < 4; ++s) q.v[s] = s < valid ? __ldg(p + s) : zero_elem<T>();
+    for (int s = 0; s < 4; ++s) v[s] = s < valid ? __ldg(p + s) : 0.f;
+    q.w = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    uint32_t v[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      unsigned short bits = 0;  // +0.0
+      if (s < valid) {
+        const T t = __ldg(p + s);
+        memcpy(&bits, &t, sizeof bits);
+      }
+      v[s] = bits;
+    }
+    q.w = make_uint2(v[0] | (v[1] << 16), v[2] | (v[3] << 16));
   }
   return q;
+}
+// Value s (0..3, a constant) of the quad, as f32.
+template <int s>
+__device__ __forceinline__ float quad_f32(const Quad<float>& q) {
+  return s == 0 ? q.w.x : s == 1 ? q.w.y : s == 2 ? q.w.z : q.w.w;
+}
+template <int s, class H>
+__device__ __forceinline__ float quad_f32(const Quad<H>& q) {
+  const uint32_t word = s < 2 ? q.w.x : q.w.y;
+  return half_bits_to_f32<H>((unsigned short)(s % 2 ? word >> 16 : word & 0xffffu));
 }
 
 // One batch of a chunk's inputs of one thread, in registers and in the storage type: δ (or
@@ -152,9 +176,10 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillA
       const float x = as_f32(r.x[k]);
       const float dl = p.delta_bias ? act_softplus(x + bias) : x;
       const float du = dl * as_f32(r.u[k]);
-#pragma unroll
-      for (int s = 0; s < 4; ++s)
-        h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * as_f32(r.b[k].v[s]));
+      h[0] = fmaf(expm<E>(dl * a[0]), h[0], du * quad_f32<0>(r.b[k]));
+      h[1] = fmaf(expm<E>(dl * a[1]), h[1], du * quad_f32<1>(r.b[k]));
+      h[2] = fmaf(expm<E>(dl * a[2]), h[2], du * quad_f32<2>(r.b[k]));
+      h[3] = fmaf(expm<E>(dl * a[3]), h[3], du * quad_f32<3>(r.b[k]));
     }
   };
   // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
