@@ -16,13 +16,15 @@
 // loaded three batches (12 steps at K = 16) before it is walked and converted to f32 only
 // there, so a thread waits for memory only at its first batches. Why: with ~12 warps an SM
 // at B 8, d_inner 1536, d_state 16 the walk of a step takes ~50 ns of an SM's
-// exponentials, and a load ~0.5-1 µs. The first version loaded a chunk and then walked
-// it, converting bf16 at the load: on an H100 (bench_scan, bf16, T 2048, one group of 61
-// chunks) it took 627 µs for 60 chunks, 0.10 instructions issued a cycle per scheduler,
-// 85 % of the stalls on global loads; f32, with no conversion, refilled ~4.5x faster. The
-// ring holds as many registers as that version's one chunk (96 at K = 16 in f32, fewer in
-// bf16/f16). The exponentials do not depend on h either, so only one FMA a step is on the
-// h chain.
+// exponentials, and a load ~0.5-1 µs. Measured on an H100 (ncu; bf16, T 2048, one group
+// of 61 chunks, so 60 walked; their exponentials alone take ~45 µs): loading a chunk and
+// then walking it took 153 µs (0.39 instructions issued per scheduler and cycle); the ring
+// converting bf16 at the load, 622 µs (0.10: every conversion is a use, so every load was
+// waited for where it was issued); the ring in the storage type with each B word split
+// into 16-bit registers after its load (again a use), 194 µs; this version, 126 µs (0.52).
+// docs/performance-notes.md, "2026-12-06, ninth session". The ring holds no more registers
+// than the first version's one chunk (96 at K = 16 in f32, fewer in bf16/f16). The
+// exponentials do not depend on h either, so only one FMA a step is on the h chain.
 #pragma once
 
 #include <type_traits>
