@@ -10,16 +10,19 @@
 // file's scan_detail::launch instead of the <<<>>> launch. Never part of the CUDA
 // build, and no product file includes it.
 //
-// Model: a grid runs block after block; the threads of a block are fibers
-// (ucontext) on one OS thread. A fiber runs until __syncthreads() or its end;
-// when every live fiber of the block has reached the barrier, all of them are
-// resumed. Between barriers the fibers run one after another, in ascending
-// thread order or, with emu::set_reverse_order(true) or MC_SCAN_EMU_REVERSE=1 in
-// the environment, descending — a kernel
-// whose results depend on that order has a shared-memory race (a poor man's
-// racecheck; ctest ScanEmulation.ThreadOrderRace). Shared memory is refilled with
-// NaN before every block, so a read of never-written shared memory poisons the
-// result. Not thread-safe; one launch at a time.
+// Model: a grid runs block after block; the threads of a block are fibers on one
+// OS thread. On x86-64 they are switched by fiber_switch.cpp's few instructions;
+// elsewhere, or with -DMC_EMU_UCONTEXT, by ucontext, whose swapcontext makes a
+// sigprocmask system call at every switch (9 parity cases: 99 s, half of it in the
+// kernel, against 10.8 s with the short switch; same bytes). A fiber runs until
+// __syncthreads() or its end; when every live fiber of the block has reached the
+// barrier, all of them are resumed. Between barriers the fibers run one after
+// another, in ascending thread order or, with emu::set_reverse_order(true) or
+// MC_SCAN_EMU_REVERSE=1 in the environment, descending — a kernel whose results
+// depend on that order has a shared-memory race (a poor man's racecheck; ctest
+// ScanEmulation.ThreadOrderRace). Shared memory is refilled with NaN before every
+// block, so a read of never-written shared memory poisons the result. Not
+// thread-safe; one launch at a time.
 #pragma once
 #define MC_SCAN_EMULATION_LOADED 1
 
@@ -43,10 +46,64 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__) && !defined(MC_EMU_UCONTEXT)
+#define MC_EMU_FAST_SWITCH 1
+// validation/emulation/fiber_switch.cpp: pushes the callee-saved registers, MXCSR and
+// the x87 control word on the current stack, stores the stack pointer in *save_sp,
+// loads load_sp and pops the same from there.
+extern "C" void mc_emu_switch(void** save_sp, void* load_sp);
+#else
+#define MC_EMU_FAST_SWITCH 0
+#endif
+
 namespace mc::kern::emu {
 
+// A suspended execution context: a stack pointer (fast switch) or a ucontext.
+struct Context {
+#if MC_EMU_FAST_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+// Saves the running context into `from` and resumes `to`.
+inline void switch_context(Context& from, Context& to) {
+#if MC_EMU_FAST_SWITCH
+  mc_emu_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+// Makes `c` start `entry` (which must never return) on `stack` when switched to.
+inline void make_context(Context& c, std::vector<char>& stack, void (*entry)()) {
+#if MC_EMU_FAST_SWITCH
+  // The frame mc_emu_switch pops, from the new stack pointer up: MXCSR and the x87
+  // control word (this thread's), r15 r14 r13 r12 rbx rbp (zero), the return address
+  // (entry). After the pop and ret the stack pointer is 8 mod 16, as at a call's entry.
+  uintptr_t top = reinterpret_cast<uintptr_t>(stack.data() + stack.size()) & ~uintptr_t(15);
+  auto* frame = reinterpret_cast<uint64_t*>(top - 72);
+  uint32_t mxcsr;
+  uint16_t fcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fcw));
+  frame[0] = uint64_t(mxcsr) | (uint64_t(fcw) << 32);
+  for (int i = 1; i <= 6; ++i) frame[i] = 0;
+  frame[7] = reinterpret_cast<uint64_t>(entry);
+  frame[8] = 0;  // where entry's own return address would be: it never returns
+  c.sp = frame;
+#else
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack.data();
+  c.uc.uc_stack.ss_size = stack.size();
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+#endif
+}
+
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   std::vector<char> stack;
   uint3 tid;
   bool done = false;
@@ -54,7 +111,7 @@ struct Fiber {
 };
 
 struct BlockState {
-  ucontext_t sched;
+  Context sched;
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
@@ -83,13 +140,14 @@ inline void fiber_entry() {
   BlockState& s = state();
   (*s.body)();
   s.current->done = true;
-  swapcontext(&s.current->ctx, &s.sched);
+  switch_context(s.current->ctx, s.sched);
+  std::abort();  // a finished fiber is never resumed
 }
 
 inline void syncthreads() {
   BlockState& s = state();
   s.current->at_barrier = true;
-  swapcontext(&s.current->ctx, &s.sched);
+  switch_context(s.current->ctx, s.sched);
 }
 
 inline void fill_smem_nan(size_t floats);  // defined after the smem array (scan_detail)
@@ -113,11 +171,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
       f.tid = uint3{i, 0, 0};
       f.done = false;
       f.at_barrier = false;
-      getcontext(&f.ctx);
-      f.ctx.uc_stack.ss_sp = f.stack.data();
-      f.ctx.uc_stack.ss_size = f.stack.size();
-      f.ctx.uc_link = nullptr;
-      makecontext(&f.ctx, fiber_entry, 0);
+      make_context(f.ctx, f.stack, fiber_entry);
     }
     for (;;) {
       for (unsigned k = 0; k < nt; ++k) {
@@ -125,7 +179,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
         if (f.done) continue;
         f.at_barrier = false;
         s.current = &f;
-        swapcontext(&s.sched, &f.ctx);
+        switch_context(s.sched, f.ctx);
       }
       unsigned done = 0, waiting = 0;
       for (auto& f : s.fibers) {

@@ -6,10 +6,13 @@
 // translation unit only (-include, validation/emulation/CMakeLists.txt); defines
 // functions, so exactly one TU per program.
 //
-// Every device->host copy is hashed (FNV-1a, printed at exit as EMU_D2H_HASH):
-// running the suite with MC_SCAN_EMU_REVERSE=0 and =1 and getting the same hash
-// shows that no result depends on the order of threads between barriers
-// (ctest ScanEmulation.ThreadOrderRace, thread_order_race.cmake).
+// Every device->host copy is hashed (FNV-1a, printed at exit as EMU_D2H_HASH and,
+// when MC_SCAN_EMU_HASH_FILE names a file, written there too; the file is removed
+// at start so that a run that dies leaves none). Running the suite with
+// MC_SCAN_EMU_REVERSE=0 and =1 and getting the same hash shows that no result
+// depends on the order of threads between barriers: ctest ScanEmulation.Parity
+// records the ascending run's hash, ScanEmulation.ThreadOrderRace runs the
+// descending order and compares (thread_order_race.cmake).
 //
 // Build and run: the CMake targets of validation/emulation (test_scan_emulated,
 // scan_bits_emulated); ctest -L emulation. The T = 65536 case skips: the fake
@@ -33,13 +36,25 @@ namespace mc::kern::emu {
 struct D2HHash {
   uint64_t h = 0xcbf29ce484222325ULL;
   size_t bytes = 0;
+  const char* file = std::getenv("MC_SCAN_EMU_HASH_FILE");
+  D2HHash() {
+    if (file != nullptr) std::remove(file);
+  }
   void add(const void* p, size_t n) {
     const unsigned char* c = static_cast<const unsigned char*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 0x100000001b3ULL;
     bytes += n;
   }
   ~D2HHash() {
-    std::printf("EMU_D2H_HASH %016llx over %zu bytes\n", static_cast<unsigned long long>(h), bytes);
+    const auto hash = static_cast<unsigned long long>(h);
+    std::printf("EMU_D2H_HASH %016llx over %zu bytes\n", hash, bytes);
+    if (file == nullptr) return;
+    if (std::FILE* f = std::fopen(file, "w")) {
+      std::fprintf(f, "EMU_D2H_HASH %016llx over %zu bytes\n", hash, bytes);
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "emulation: cannot write MC_SCAN_EMU_HASH_FILE '%s'\n", file);
+    }
   }
 };
 inline D2HHash d2h_hash;
