@@ -78,17 +78,16 @@ struct Quad {
   Word w;
 };
 // One load of 4 values when `vec` (the launcher checked the alignment), else `valid`
-// scalar loads and zeros after.
+// scalar loads and zeros after. f32 needs no conversion, so load_vec's loads serve.
 template <class T>
 __device__ __forceinline__ Quad<T> load_quad(const T* p, bool vec, int valid) {
   Quad<T> q;
-  if (vec) {
-    q.w = __ldg(reinterpret_cast<const typename Quad<T>::Word*>(p));
-  } else if constexpr (sizeof(T) == 4) {
+  if constexpr (sizeof(T) == 4) {
     float v[4];
-#pragma unroll
-    for (int s = 0; s < 4; ++s) v[s] = s < valid ? __ldg(p + s) : 0.f;
+    load_vec<4>(p, vec, valid, v);
     q.w = make_float4(v[0], v[1], v[2], v[3]);
+  } else if (vec) {
+    q.w = __ldg(reinterpret_cast<const uint2*>(p));
   } else {
     uint32_t v[4];
 #pragma unroll

@@ -46,11 +46,13 @@ struct D2HHash {
     bytes += n;
   }
   ~D2HHash() {
-    const auto hash = static_cast<unsigned long long>(h);
-    std::printf("EMU_D2H_HASH %016llx over %zu bytes\n", hash, bytes);
+    char line[96];
+    std::snprintf(line, sizeof line, "EMU_D2H_HASH %016llx over %zu bytes\n",
+                  static_cast<unsigned long long>(h), bytes);
+    std::fputs(line, stdout);
     if (file == nullptr) return;
     if (std::FILE* f = std::fopen(file, "w")) {
-      std::fprintf(f, "EMU_D2H_HASH %016llx over %zu bytes\n", hash, bytes);
+      std::fputs(line, f);
       std::fclose(f);
     } else {
       std::fprintf(stderr, "emulation: cannot write MC_SCAN_EMU_HASH_FILE '%s'\n", file);
