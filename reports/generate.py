@@ -426,6 +426,71 @@ def peer_section(peer, scan):
     return out
 
 
+def load_peer_step(path):
+    """bench/peer_train_step.py's JSON: the peer's Mamba-1 block stack timed for one
+    training step on bench_train_step's rows, in the same lease as bench_train_step."""
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a peer_train_step document (an object with 'rows')")
+    rows = require(data, "rows", path, "top level")
+    for i, r in enumerate(rows):
+        for f in ("d_model", "T", "layers", "dtype", "eager_us", "graph_us", "peak_total_bytes"):
+            require(r, f, path, f"rows[{i}]")
+    return dict(data, _path=path)
+
+
+def peer_step_section(peer_step, step):
+    """Our step against the peer's step timed in the same run: graph µs side by side,
+    peer / ours, and the peak allocations."""
+    out = ["### Against state-spaces/mamba's training step (timed in the same run)", ""]
+    out.append(f"Peer: {peer_step.get('peer', '?')} on {peer_step.get('gpu', '?')}, PyTorch "
+               f"{peer_step.get('torch', '?')}, CUDA {peer_step.get('cuda', '?')}, "
+               f"{peer_step.get('date', '?')}; model: {peer_step.get('model', '?')}; method: "
+               f"{peer_step.get('method', '?')}.")
+    out.append("× = peer graph µs / our graph µs (above 1: ours is faster). Our step also runs "
+               "the input projection and the final norm, which the peer's stack does not. "
+               "Peak: our step's whole device allocation (`peak_bytes`) beside the peer's "
+               "peak allocation, parameters and inputs included (`peak_total_bytes`). "
+               "Stable gradients: tensors bitwise equal over two steps (ours: all, "
+               "determinism.md).")
+    out.append("")
+    ours = {}
+    for r in step:
+        if r["error"] is None and r.get("graph_us"):
+            ours[(r["dm"], r["T"], r["L"], r["dtype"])] = r
+    rows = []
+    for pr in sorted(peer_step["rows"], key=lambda r: (r["d_model"], r["layers"], r["T"],
+                                                       DTYPES.index(r["dtype"]) if r["dtype"] in DTYPES else 9)):
+        o = ours.get((int(pr["d_model"]), int(pr["T"]), int(pr["layers"]), pr["dtype"]))
+        if o is None:
+            continue
+        pg, og = num(pr["graph_us"]), num(o.get("graph_us"))
+        tgt = o.get("target_speedup")
+        ratio = pg / og if (pg and og) else None
+        ours_peak = o.get("peak_bytes") or o.get("model_bytes")
+        ppeak = num(pr["peak_total_bytes"])
+        met = "—"
+        if tgt and ratio is not None:
+            met = "yes" if ratio >= tgt else "**NO**"
+        stable = (f"{pr['grads_bitwise_stable']} of {pr['grads']}"
+                  if pr.get("grads") is not None and pr.get("grads_bitwise_stable") is not None else "—")
+        rows.append((f"{pr['d_model']} / {pr['T']}, {pr['layers']}", pr["dtype"], o["gemm"],
+                     fmt(og), fmt(pg), fmt(num(pr["eager_us"])), fmt(ratio),
+                     f"≥ {fmt(tgt)}" if tgt else "—", met,
+                     fmt(ours_peak / 2**30 if ours_peak else None),
+                     fmt(ppeak / 2**30 if ppeak else None),
+                     fmt(ours_peak / ppeak if (ours_peak and ppeak) else None),
+                     stable, pr.get("path", "?")))
+    if not rows:
+        return out + ["No row of the peer's file matches a bench_train_step row.", ""]
+    out.append(md_table(["d_model / T, layers", "dtype", "our GEMM tier", "our graph µs",
+                         "peer graph µs", "peer eager µs", "× peer", "target", "met",
+                         "our peak GiB", "peer peak GiB", "peak / peer",
+                         "peer stable gradients", "peer path"], rows))
+    out.append("")
+    return out
+
+
 # ----------------------------------------------------------------------------
 # Plots (matplotlib optional)
 
@@ -636,14 +701,16 @@ def not_run_section(checks):
     return out
 
 
-def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts=None, peer=None):
+def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts=None, peer=None,
+                   peer_step=None):
     out = ["# Performance", ""]
     if not bench_paths:
         why = gpu_absence(val_contexts) or "no benchmark JSON was given (--bench)."
         out += [NOT_MEASURED.format(why=why), ""]
         return "\n".join(out) + "\n"
     out.append("Inputs: " + ", ".join(f"`{os.path.basename(p)}`" for p in bench_paths)
-               + (f"; the peer: `{os.path.basename(peer['_path'])}`" if peer else ""))
+               + (f"; the peer: `{os.path.basename(peer['_path'])}`" if peer else "")
+               + (f"; the peer's step: `{os.path.basename(peer_step['_path'])}`" if peer_step else ""))
     out.append("")
     out.append("Speeds are measurements of this run on this device, reported, never asserted. "
                "Ratios (speedup_*) compare against baselines measured in the same run.")
@@ -791,6 +858,8 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
                                  "peer graph µs", "× peer", "target", "met", "peak GiB",
                                  "peer peak GiB", "peak / peer"], prow))
             out.append("")
+        if peer_step:
+            out += peer_step_section(peer_step, ok)
         phased = [r for r in ok if r.get("phase_gemm_us") is not None]
         if phased:
             out += ["### Phase breakdown (eager steps, CUDA events)", ""]
@@ -1072,6 +1141,8 @@ def main(argv=None):
     ap.add_argument("--validation", nargs="*", default=[], help="validation JSON files")
     ap.add_argument("--mutation", help="the mutation runner's mutation.json (scripts/mutate.sh run)")
     ap.add_argument("--peer", help="bench/peer_scan.py's JSON (the peer's scan, same cases, same run)")
+    ap.add_argument("--peer-step", help="bench/peer_train_step.py's JSON (the peer's training step, "
+                                        "same rows, same run)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args(argv)
     try:
@@ -1080,6 +1151,7 @@ def main(argv=None):
         v_ctx, prec, det, oracle = load_validation(a.validation, checks)
         mutation = load_mutation(a.mutation) if a.mutation else None
         peer = load_peer(a.peer) if a.peer else None
+        peer_step = load_peer_step(a.peer_step) if a.peer_step else None
     except InputError as e:
         print(f"generate.py: error: {e}", file=sys.stderr)
         return 2
@@ -1095,7 +1167,8 @@ def main(argv=None):
         plots["k"] = plot_k(plt, prec or [], os.path.join(a.out, "precision_k.png"))
         plots["stats"] = plot_stats(plt, prec or [], os.path.join(a.out, "precision_stats.png"))
     reports = {
-        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots, v_ctx, peer),
+        "performance.md": performance_md(a.bench, b_ctx, scan, step, other, plots, v_ctx, peer,
+                                         peer_step),
         "precision.md": precision_md(a.validation, v_ctx, prec, plots, oracle, checks, mutation),
         "determinism.md": determinism_md(a.validation, v_ctx, det),
     }

@@ -309,6 +309,42 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("d_state", r.stderr)
 
+    def test_step_against_the_peer_in_the_same_run(self):
+        s0, s1, st, v = self.full_inputs()
+        prow = dict(d_model=768, T=2048, layers=1, B=8, dtype="bf16", eager_us=4000.0,
+                    graph_us=3400.0, peak_step_bytes=0.5 * 2**30, peak_total_bytes=0.8 * 2**30,
+                    grads_bitwise_stable=5, grads=11, path="fast: mamba_inner_fn + causal_conv1d")
+        peer = self.write("peer_train_step.json", {
+            "peer": "fixture peer", "gpu": "Fixture GPU", "torch": "9.9", "cuda": "99",
+            "date": "today", "model": "fixture stack", "method": "fixture step method",
+            "rows": [prow,
+                     dict(prow, dtype="f32", graph_us=18000.0, eager_us=18500.0,
+                          peak_total_bytes=1.5 * 2**30, grads_bitwise_stable=3),
+                     dict(prow, d_model=4096)]})  # no row of ours for d_model 4096
+        r = self.run_gen("--bench", s0, s1, st, "--validation", v, "--peer-step", peer)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        perf = self.read("performance.md")
+        self.assertIn("; the peer's step: `peer_train_step.json`", perf)
+        part = perf.split("training step (timed in the same run)")[1].split("###")[0]
+        self.assertIn("fixture step method", part)
+        # bf16: 3400 / 1700 = 2 -> meets the 2x target; peak 0.7 GiB against 0.8 -> 0.875
+        self.assertIn("| 768 / 2048, 1 | bf16 | tensor-core | 1700 | 3400 | 4000 | 2 | ≥ 2 | yes "
+                      "| 0.7 | 0.8 | 0.875 | 5 of 11 |", part)
+        # f32: 18000 / 9000 = 2 -> meets 1.5; peak 1.2 against 1.5 -> 0.8
+        self.assertIn("| 768 / 2048, 1 | f32 | strict | 9000 | 18000 | 18500 | 2 | ≥ 1.5 | yes "
+                      "| 1.2 | 1.5 | 0.8 | 3 of 11 |", part)
+        self.assertNotIn("4096", part)
+        # a slower step misses its target, named as such
+        slow = self.write("peer_slow.json", {"rows": [dict(prow, graph_us=1800.0)]})
+        r = self.run_gen("--bench", st, "--peer-step", slow)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        part = self.read("performance.md").split("training step (timed in the same run)")[1]
+        self.assertIn("| 1.06 | ≥ 2 | **NO** |", part)
+        bad = self.write("peer_step_bad.json", {"rows": [{"d_model": 768, "T": 512}]})
+        r = self.run_gen("--bench", st, "--peer-step", bad)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("layers", r.stderr)
+
     def test_missing_inputs_say_not_measured(self):
         r = self.run_gen()
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -23,7 +23,11 @@
 #   peer      state-spaces/mamba's selective_scan_cuda, built from the folder PEER_DIR
 #             (default .peer: a copy of the peer's source with its build.py), timed by
 #             bench/peer_scan.py on the same cases -> peer_scan.json
-#   peerbuild only start that build in the background (the peer phase waits for it)
+#   peerbuild only start that build in the background (the peer phase waits for it); with
+#             peerstep among the phases, causal_conv1d's build starts beside it
+#   peerstep  state-spaces/mamba's Mamba-1 block stack (mamba_inner_fn, causal_conv1d; the
+#             peer's Python packages in PEER_DIR/py), one training step on bench_train_step's
+#             rows, timed by bench/peer_train_step.py -> peer_train_step.json ($PEER_STEP_ARGS)
 #   smallbatch bench_scan at B $SMALL_B (default 1 2 4), T 2048 and 8192, d_state 16
 #             (SMALL_CASES), checkpointed-hw with the plan's pieces, with one (:p1, the
 #             A/B in one build) and with 8/B forced in both directions (the forward's
@@ -73,19 +77,35 @@ run_phase() {  # name, command...
 }
 peer_dir="$(cd "${PEER_DIR:-$root/.peer}" 2>/dev/null && pwd || echo "${PEER_DIR:-$root/.peer}")"
 peer_build_pid=""
+peer_conv_pid=""
+want_peer_step=0
+for p in "${phases[@]}"; do [ "$p" = peerstep ] && want_peer_step=1; done
+# start_peer_part <part> <subdir> <module>: builds one of the peer's extensions in the
+# background (build.py <out> <part>, log logs/peer_build[_<part>].txt), its pid in
+# peer_part_pid; a module already built from this source (an earlier call on the same
+# machine) is reused
+peer_part_pid=""
+start_peer_part() {
+  local part="$1" sub="$2" mod="$3" log="$out/logs/peer_build.txt"
+  [ "$part" = scan ] || log="$out/logs/peer_build_$part.txt"
+  local so; so=$(ls "$peer_dir/build/$sub/$mod"*.so 2>/dev/null | head -n 1)
+  if [ -n "$so" ] && [ "$so" -nt "$peer_dir/build.py" ]; then
+    echo "peer: reusing $so" >"$log"; sleep 0 & peer_part_pid=$!; return 0
+  fi
+  mkdir -p "$peer_dir/build"
+  (cd "$peer_dir" && python3 build.py "$peer_dir/build" "$part") >"$log" 2>&1 &
+  peer_part_pid=$!
+}
 start_peer_build() {
   [ -n "$peer_build_pid" ] && return 0
-  # a module already built from this source (an earlier session on the same machine) is reused
-  local so; so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
-  if [ -n "$so" ] && [ "$so" -nt "$peer_dir/build.py" ]; then
-    echo "=== peer: reusing $so"; sleep 0 & peer_build_pid=$!; return 0
-  fi
   if [ ! -f "$peer_dir/build.py" ]; then
     echo "=== peer: no $peer_dir/build.py (PEER_DIR): the peer is not measured"; return 1
   fi
-  mkdir -p "$peer_dir/build"
-  (cd "$peer_dir" && python3 build.py "$peer_dir/build" scan) >"$out/logs/peer_build.txt" 2>&1 &
-  peer_build_pid=$!
+  start_peer_part scan ss selective_scan_cuda; peer_build_pid=$peer_part_pid
+  # the step's peer also needs causal_conv1d (slow to build: start it with the scan's)
+  if [ "$want_peer_step" = 1 ] && [ -z "$peer_conv_pid" ]; then
+    start_peer_part conv cc causal_conv1d_cuda; peer_conv_pid=$peer_part_pid
+  fi
 }
 for p in "${phases[@]}"; do
   case "$p" in
@@ -97,6 +117,14 @@ for p in "${phases[@]}"; do
       so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
       run_phase peer_scan env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_scan.py" --module "$so" \
         --out "$out/peer_scan.json" ;;
+    peerstep)
+      # the peer's Mamba-1 block stack, one training step on bench_train_step's rows
+      start_peer_build || continue
+      wait "$peer_build_pid"; wait "$peer_conv_pid"
+      echo "=== peer builds: $(tail -n 1 "$out/logs/peer_build.txt"); $(tail -n 1 "$out/logs/peer_build_conv.txt")"
+      run_phase peer_train_step env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_train_step.py" \
+        --peer-py "$peer_dir/py" --ext "$peer_dir/build/ss" --ext "$peer_dir/build/cc" \
+        --require-fast-path --out "$out/peer_train_step.json" ${PEER_STEP_ARGS:-} ;;
     scanbench)
       run_phase bench_scan "$build/bench/bench_scan" --json="$out/bench_scan.json" ${SCAN_ARGS:-} ;;
     smallbatch)

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+# test_peer_train_step.py — what bench/peer_train_step.py does before it reaches a GPU:
+# it refuses malformed rows and counts naming the value, and it exits 77 (skipped),
+# not with a traceback, where PyTorch or a GPU is missing. The timing itself needs the
+# peer's built extensions and a GPU; scripts/gpu_session.sh's peerstep phase runs it.
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "peer_train_step.py")
+
+
+def run(*args):
+    with tempfile.TemporaryDirectory() as d:
+        return subprocess.run([sys.executable, SCRIPT, "--out", os.path.join(d, "o.json"), *args],
+                              capture_output=True, text=True, timeout=120)
+
+
+class PeerTrainStepArgs(unittest.TestCase):
+    def test_row_without_layers_is_refused_by_name(self):
+        r = run("--rows", "768:2048")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("'768:2048' is not d_model:T:layers", r.stderr)
+
+    def test_non_positive_row_is_refused(self):
+        r = run("--rows", "768:0:1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("'768:0:1' needs d_model, T and layers > 0", r.stderr)
+
+    def test_non_positive_counts_are_refused(self):
+        r = run("--reps", "0")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--reps 0", r.stderr)
+
+    def test_missing_torch_or_gpu_or_peer_is_a_skip_not_a_crash(self):
+        # here: no PyTorch, or no GPU, or (on a GPU machine) no peer at this path: 77
+        r = run("--peer-py", "/nonexistent", "--rows", "64:16:1", "--reps", "1")
+        self.assertEqual(r.returncode, 77, r.stdout + r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertRegex(r.stderr, "PyTorch does not import|no usable GPU|does not import")
+
+
+if __name__ == "__main__":
+    unittest.main()
