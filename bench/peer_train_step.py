@@ -28,17 +28,24 @@
 # stream) and replayed, events around --inner replays, median of --reps. Peak memory:
 # torch.cuda.max_memory_allocated during one step, as the allocation above what was
 # held before the step (peak_step_bytes: activations, gradients, workspaces) and in
-# all (peak_total_bytes: also the parameters, x and g). Reproducibility: two steps
+# all (peak_total_bytes: that plus the bytes of the parameters, x and g, counted from
+# the tensors, so that nothing an earlier row left allocated is charged to this one).
+# Each row runs in a fresh process (--in-process to turn that off), so the peak also
+# holds the workspaces PyTorch allocates on a process's first GEMMs, as ours holds its
+# cuBLAS workspace. Reproducibility: two steps
 # from the same inputs; a gradient tensor counts as stable if it is bitwise equal.
 #
 # usage: peer_train_step.py --out peer_train_step.json --peer-py DIR --ext DIR [--ext DIR]
 #            [--rows 768:512:1,768:2048:1,1024:2048:1,2048:2048:1,768:2048:4]
 #            [--dtypes float32,bfloat16] [--batch 8] [--reps 15] [--inner 3]
 import argparse
+import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 DEFAULT_ROWS = "768:512:1,768:2048:1,1024:2048:1,2048:2048:1,768:2048:4"
@@ -137,18 +144,54 @@ def time_row(torch, Mamba, dm, T, L, dtype, a):
             step()
         gr.replay()
         graph = events_median_us(torch, gr.replay, a.inner, a.reps)
+        gr.reset()  # frees the graph's private memory pool before the next row
         del gr
     except Exception as e:  # recorded, not fatal: the eager figure still stands
         graph_error = repr(e)[:300]
+    # the row's own tensors: parameters, x and g (not what an earlier row may have left)
+    own = sum(t.numel() * t.element_size() for t in params + [x, g])
     row = dict(d_model=dm, T=T, layers=L, B=a.batch, dtype=SHORT.get(str(dtype).split(".")[1]),
                eager_us=round(eager, 1), graph_us=None if graph is None else round(graph, 1),
-               peak_step_bytes=int(peak - held), peak_total_bytes=int(peak),
+               peak_step_bytes=int(peak - held), peak_total_bytes=int(peak - held + own),
                grads_bitwise_stable=int(stable), grads=len(params))
     if graph_error:
         row["graph_error"] = graph_error
     del model, params, x, g
+    gc.collect()
     torch.cuda.empty_cache()
     return row
+
+
+def run_rows_in_children(a, rows):
+    """Each (row, dtype) in a fresh process of this script (--in-process); their
+    documents merged into a.out. A child's skip (77) or refusal (2) ends the run with
+    its code, since every later row would meet the same cause."""
+    doc = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (dm, T, L) in enumerate(rows):
+            for j, name in enumerate(a.dtypes.split(",")):
+                part = os.path.join(tmp, f"row{i}_{j}.json")
+                cmd = [sys.executable, os.path.abspath(__file__), "--in-process", "--out", part,
+                       "--peer-py", a.peer_py, "--rows", f"{dm}:{T}:{L}", "--dtypes", name,
+                       "--batch", str(a.batch), "--reps", str(a.reps), "--inner", str(a.inner)]
+                for e in a.ext:
+                    cmd += ["--ext", e]
+                if a.require_fast_path:
+                    cmd.append("--require-fast-path")
+                rc = subprocess.run(cmd).returncode
+                if rc != 0:
+                    print(f"peer_train_step: row {dm}:{T}:{L} {name} exited {rc}", file=sys.stderr)
+                    return rc
+                with open(part) as fh:
+                    d = json.load(fh)
+                if doc is None:
+                    doc = d
+                else:
+                    doc["rows"] += d["rows"]
+    doc["method"] += "; each row in a fresh process"
+    with open(a.out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    return 0
 
 
 def main(argv=None):
@@ -165,6 +208,10 @@ def main(argv=None):
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--require-fast-path", action="store_true",
                     help="exit 2 if causal_conv1d does not import (the slow path would run)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="time every row in this process (default: each row in a fresh one, so "
+                         "that no row's peak is read against what an earlier row left allocated, "
+                         "such as PyTorch's cuBLAS workspaces)")
     a = ap.parse_args(argv)
     try:
         rows = parse_rows(a.rows)
@@ -175,6 +222,8 @@ def main(argv=None):
         print(f"peer_train_step: --batch {a.batch}, --reps {a.reps}, --inner {a.inner}: each must "
               "be > 0", file=sys.stderr)
         return 2
+    if not a.in_process:
+        return run_rows_in_children(a, rows)
     try:
         import torch
     except ImportError as e:
