@@ -30,7 +30,8 @@ import importlib.util
 import json
 import statistics
 import sys
-import time
+
+from peer_common import device_fields, torch_with_gpu, write_doc
 
 
 def load_module(path):
@@ -56,10 +57,9 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     a = ap.parse_args()
 
-    import torch
-    if not torch.cuda.is_available():
-        print("peer_scan: no usable GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 77
+    torch, skip = torch_with_gpu("peer_scan")
+    if skip:
+        return skip
     try:
         ssc, where = load_module(a.module)
     except Exception as e:  # the peer is optional: say why it is not measured
@@ -142,15 +142,13 @@ def main():
             del u, delta, Bm, Cm, dout, o, x, g1, g2
             torch.cuda.empty_cache()
     out = dict(schema="mambacheck-peer-scan/1", peer="state-spaces/mamba selective_scan_cuda",
-               module=where, gpu=torch.cuda.get_device_name(), sm_count=props.multi_processor_count,
-               torch=torch.__version__, cuda=torch.version.cuda, l2_bytes=l2,
+               module=where, **device_fields(torch), l2_bytes=l2,
                method="median of per-call CUDA-event times, L2 scrubbed (2x L2 write) before each "
                       "call, 1 warm-up; *_b2b: events around 10 back-to-back calls, median of 15",
                inputs="delta log-uniform [1e-3,0.1]; u,B,C,dout uniform [-1,1]; A[d,n] = -(n+1); "
                       "D = 1; no z; delta precomputed; zero initial state; channel-major [B,D,L]",
-               date=time.strftime("%Y-%m-%d %H:%M:%S"), rows=rows)
-    with open(a.out, "w") as fh:
-        json.dump(out, fh, indent=1)
+               rows=rows)
+    write_doc(a.out, out)
     return 0
 
 

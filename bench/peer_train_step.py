@@ -46,7 +46,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from peer_common import torch_with_gpu, device_fields, write_doc
 
 DEFAULT_ROWS = "768:512:1,768:2048:1,1024:2048:1,2048:2048:1,768:2048:4"
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -189,8 +190,7 @@ def run_rows_in_children(a, rows):
                 else:
                     doc["rows"] += d["rows"]
     doc["method"] += "; each row in a fresh process"
-    with open(a.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+    write_doc(a.out, doc)
     return 0
 
 
@@ -224,14 +224,9 @@ def main(argv=None):
         return 2
     if not a.in_process:
         return run_rows_in_children(a, rows)
-    try:
-        import torch
-    except ImportError as e:
-        print(f"peer_train_step: PyTorch does not import ({e!r}); the peer needs it", file=sys.stderr)
-        return 77
-    if not torch.cuda.is_available():
-        print("peer_train_step: no usable GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 77
+    torch, skip = torch_with_gpu("peer_train_step")
+    if skip:
+        return skip
     try:
         Mamba, path = import_peer(a.peer_py, a.ext)
     except Exception as e:  # the peer is optional: say why it is not measured
@@ -252,19 +247,16 @@ def main(argv=None):
             r["path"] = path
             out_rows.append(r)
             print(json.dumps(r), flush=True)
-    props = torch.cuda.get_device_properties(0)
     doc = dict(schema="mambacheck-peer-train-step/1",
                peer="state-spaces/mamba Mamba-1 block stack (mamba_inner_fn, causal_conv1d)",
                model="x [B,T,d_model] -> layers x (x + Mamba(RMSNorm(x))), d_state 16, d_conv 4, "
                      "expand 2; loss sum(out*g); no optimizer",
-               gpu=torch.cuda.get_device_name(), sm_count=props.multi_processor_count,
-               torch=torch.__version__, cuda=torch.version.cuda, tf32=False,
+               **device_fields(torch), tf32=False,
                method=f"eager: CUDA events around {a.inner} back-to-back steps, median of {a.reps}; "
                       f"graph: the step captured once, events around {a.inner} replays, median of "
                       f"{a.reps}; peak: torch.cuda.max_memory_allocated over one step",
-               date=time.strftime("%Y-%m-%d %H:%M:%S"), rows=out_rows)
-    with open(a.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+               rows=out_rows)
+    write_doc(a.out, doc)
     return 0
 
 

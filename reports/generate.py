@@ -366,17 +366,24 @@ def load_mutation(path):
     return data
 
 
+def load_peer_rows(path, kind, fields):
+    """A peer document of bench/ (kind: its script's name): an object whose 'rows'
+    each carry `fields`; the path is kept for the report's inputs line."""
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a {kind} document (an object with 'rows')")
+    rows = require(data, "rows", path, "top level")
+    for i, r in enumerate(rows):
+        for f in fields:
+            require(r, f, path, f"rows[{i}]")
+    return dict(data, _path=path)
+
+
 def load_peer(path):
     """bench/peer_scan.py's JSON: state-spaces/mamba's selective scan timed on the
     same cases, in the same lease as bench_scan."""
-    data = load_json(path)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a peer_scan document (an object with 'rows')")
-    rows = require(data, "rows", path, "top level")
-    for i, r in enumerate(rows):
-        for f in ("dtype", "T", "d_state", "fwd_us", "bwd_us", "fwdbwd_us"):
-            require(r, f, path, f"rows[{i}]")
-    return dict(data, _path=path)
+    return load_peer_rows(path, "peer_scan",
+                          ("dtype", "T", "d_state", "fwd_us", "bwd_us", "fwdbwd_us"))
 
 
 def peer_section(peer, scan):
@@ -429,14 +436,8 @@ def peer_section(peer, scan):
 def load_peer_step(path):
     """bench/peer_train_step.py's JSON: the peer's Mamba-1 block stack timed for one
     training step on bench_train_step's rows, in the same lease as bench_train_step."""
-    data = load_json(path)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a peer_train_step document (an object with 'rows')")
-    rows = require(data, "rows", path, "top level")
-    for i, r in enumerate(rows):
-        for f in ("d_model", "T", "layers", "dtype", "eager_us", "graph_us", "peak_total_bytes"):
-            require(r, f, path, f"rows[{i}]")
-    return dict(data, _path=path)
+    return load_peer_rows(path, "peer_train_step", ("d_model", "T", "layers", "dtype", "eager_us",
+                                                     "graph_us", "peak_total_bytes"))
 
 
 def peer_step_section(peer_step, step):

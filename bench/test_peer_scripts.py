@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-# test_peer_train_step.py — what bench/peer_train_step.py does before it reaches a GPU:
-# it refuses malformed rows and counts naming the value, and it exits 77 (skipped),
-# not with a traceback, where PyTorch or a GPU is missing. The timing itself needs the
-# peer's built extensions and a GPU; scripts/gpu_session.sh's peerstep phase runs it.
+# test_peer_scripts.py — what bench/'s peer drivers do before they reach a GPU:
+# peer_train_step.py refuses malformed rows and counts naming the value, and both it and
+# peer_scan.py exit 77 (skipped), not with a traceback, where PyTorch, a GPU or the peer
+# is missing. The timing itself needs the peer's built extensions and a GPU;
+# scripts/gpu_session.sh's peer and peerstep phases run it.
 import os
 import subprocess
 import sys
@@ -11,11 +12,12 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "peer_train_step.py")
+SCAN_SCRIPT = os.path.join(HERE, "peer_scan.py")
 
 
-def run(*args):
+def run(*args, script=SCRIPT):
     with tempfile.TemporaryDirectory() as d:
-        return subprocess.run([sys.executable, SCRIPT, "--out", os.path.join(d, "o.json"), *args],
+        return subprocess.run([sys.executable, script, "--out", os.path.join(d, "o.json"), *args],
                               capture_output=True, text=True, timeout=120)
 
 
@@ -41,6 +43,15 @@ class PeerTrainStepArgs(unittest.TestCase):
         self.assertEqual(r.returncode, 77, r.stdout + r.stderr)
         self.assertNotIn("Traceback", r.stderr)
         self.assertRegex(r.stderr, "PyTorch does not import|no usable GPU|does not import")
+
+
+class PeerScanSkips(unittest.TestCase):
+    def test_missing_torch_or_gpu_or_module_is_a_skip_not_a_crash(self):
+        r = run("--module", "/nonexistent/selective_scan_cuda.so", "--cases", "16:1", "--reps", "1",
+                script=SCAN_SCRIPT)
+        self.assertEqual(r.returncode, 77, r.stdout + r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertRegex(r.stderr, "PyTorch does not import|no usable GPU|not loadable")
 
 
 if __name__ == "__main__":
