@@ -1,7 +1,9 @@
 # peer_common.py — what bench/'s two peer drivers (peer_scan.py, peer_train_step.py)
 # share: PyTorch and a GPU found or a clear skip (exit 77, never a traceback), the
-# device fields every peer document carries, and the document written to disk.
+# device fields every peer document carries, the back-to-back timing loop, and the
+# document written to disk.
 import json
+import statistics
 import sys
 import time
 
@@ -30,3 +32,18 @@ def device_fields(torch):
 def write_doc(path, doc):
     with open(path, "w") as fh:
         json.dump(doc, fh, indent=1)
+
+
+def events_median_us(torch, fn, inner, reps):
+    """Median over reps of (CUDA-event time around `inner` back-to-back calls of fn) /
+    inner, in µs, on the current stream."""
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3 / inner)
+    return statistics.median(ts)

@@ -31,7 +31,7 @@ import json
 import statistics
 import sys
 
-from peer_common import device_fields, torch_with_gpu, write_doc
+from peer_common import device_fields, events_median_us, torch_with_gpu, write_doc
 
 
 def load_module(path):
@@ -87,16 +87,7 @@ def main():
     def time_b2b(fn, inner=10, reps=15):
         for _ in range(3):
             fn()
-        ts = []
-        for _ in range(reps):
-            s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-            s.record()
-            for _ in range(inner):
-                fn()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) * 1e3 / inner)
-        return statistics.median(ts)
+        return events_median_us(torch, fn, inner, reps)
 
     rows = []
     B, D = a.batch, a.d_inner

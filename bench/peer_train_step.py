@@ -42,12 +42,11 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
-from peer_common import torch_with_gpu, device_fields, write_doc
+from peer_common import device_fields, events_median_us, torch_with_gpu, write_doc
 
 DEFAULT_ROWS = "768:512:1,768:2048:1,1024:2048:1,2048:2048:1,768:2048:4"
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -75,20 +74,6 @@ def import_peer(peer_py, ext_dirs):
     fast = mamba_simple.causal_conv1d_fn is not None
     return mamba_simple.Mamba, ("fast: mamba_inner_fn + causal_conv1d" if fast else
                                 "slow: no causal_conv1d (nn.Conv1d + selective_scan_fn)")
-
-
-def events_median_us(torch, fn, inner, reps):
-    """Median over reps of (CUDA-event time around `inner` calls of fn) / inner, in µs."""
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / inner)
-    return statistics.median(ts)
 
 
 def time_row(torch, Mamba, dm, T, L, dtype, a):
@@ -128,7 +113,7 @@ def time_row(torch, Mamba, dm, T, L, dtype, a):
     step()
     torch.cuda.synchronize()
     stable = sum(bool(torch.equal(f, p.grad)) for f, p in zip(first, params))
-    del first
+    first = None
     for _ in range(3):
         step()
     eager = events_median_us(torch, step, a.inner, a.reps)
@@ -157,9 +142,6 @@ def time_row(torch, Mamba, dm, T, L, dtype, a):
                grads_bitwise_stable=int(stable), grads=len(params))
     if graph_error:
         row["graph_error"] = graph_error
-    del model, params, x, g
-    gc.collect()
-    torch.cuda.empty_cache()
     return row
 
 
@@ -244,6 +226,8 @@ def main(argv=None):
         for name in a.dtypes.split(","):
             dtype = getattr(torch, name)
             r = time_row(torch, Mamba, dm, T, L, dtype, a)
+            gc.collect()  # the row's model and tensors, before the next row (--in-process)
+            torch.cuda.empty_cache()
             r["path"] = path
             out_rows.append(r)
             print(json.dumps(r), flush=True)
