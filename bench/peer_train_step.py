@@ -58,7 +58,10 @@ def parse_rows(text):
         parts = item.split(":")
         if len(parts) != 3:
             raise ValueError(f"--rows: '{item}' is not d_model:T:layers")
-        dm, T, L = (int(p) for p in parts)
+        try:
+            dm, T, L = (int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"--rows: '{item}' is not three integers d_model:T:layers") from None
         if dm <= 0 or T <= 0 or L <= 0:
             raise ValueError(f"--rows: '{item}' needs d_model, T and layers > 0")
         rows.append((dm, T, L))
@@ -199,6 +202,11 @@ def main(argv=None):
         rows = parse_rows(a.rows)
     except ValueError as e:
         print(f"peer_train_step: {e}", file=sys.stderr)
+        return 2
+    bad = [d for d in a.dtypes.split(",") if d not in SHORT]
+    if bad:
+        print(f"peer_train_step: --dtypes {a.dtypes!r}: {', '.join(bad)} not one of "
+              f"{', '.join(SHORT)}", file=sys.stderr)
         return 2
     if a.batch <= 0 or a.reps <= 0 or a.inner <= 0:
         print(f"peer_train_step: --batch {a.batch}, --reps {a.reps}, --inner {a.inner}: each must "

@@ -27,6 +27,16 @@ class PeerTrainStepArgs(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("'768:2048' is not d_model:T:layers", r.stderr)
 
+    def test_non_integer_row_is_refused_by_name(self):
+        r = run("--rows", "768:2k:1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("'768:2k:1' is not three integers d_model:T:layers", r.stderr)
+
+    def test_unknown_dtype_is_refused_by_name(self):
+        r = run("--dtypes", "float32,bf16")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("bf16 not one of float32, bfloat16, float16", r.stderr)
+
     def test_non_positive_row_is_refused(self):
         r = run("--rows", "768:0:1")
         self.assertEqual(r.returncode, 2, r.stderr)
