@@ -843,8 +843,9 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
             out += ["### Against state-spaces/mamba (graph figures, bench/README.md's peer table)", ""]
             out.append("× peer = peer graph time / our graph time (higher is faster); the target "
                        "applies to bf16 on the tensor-core tier (≥ 2×) and f32 on the strict "
-                       "tier (≥ 1.5×). The peer's figures are compiled into bench_train_step: "
-                       "measured on an H200 on another day, not in this run"
+                       "tier (≥ 1.5×). The peer's figures are the ones compiled into "
+                       "bench_train_step (its `peer` line above says where they were measured), "
+                       "not measured in this run"
                        + ("; the next table has the peer timed in this run." if peer_step else
                           "; bench/peer_train_step.py times the peer where ours runs."))
             out.append("")
