@@ -204,6 +204,7 @@ struct StepBench {
   ScanLayout scan_layout = ScanLayout::Auto;  // --scan-layout
   size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
   ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;  // --scan-checkpoints
+  ScanExp scan_exp = ScanExp::Auto;                          // --scan-exp
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -227,6 +228,7 @@ gpu::RunOptions run_options(const StepCase& c, const StepBench& g) {
   opt.scan_layout = g.scan_layout;
   opt.cublas_workspace_bytes = g.cublas_workspace;
   opt.scan_checkpoints = g.scan_checkpoints;
+  opt.scan_exp = g.scan_exp;
   return opt;
 }
 
@@ -455,6 +457,8 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
   st.counters["checkpointed_scan"] =
       Counter(m.scan_route() == ScanRoute::Checkpointed ? 1.0 : 0.0);
   st.counters["scan_checkpoint_group"] = Counter(double(m.scan_checkpoint_group()));
+  // the exponential the row's scan ran (1: the ex2.approx unit, 0: the accurate one)
+  st.counters["scan_exp_hw"] = Counter(m.scan_exp() == ScanExp::Hardware ? 1.0 : 0.0);
   st.counters["verified"] = Counter(run.verified ? 1.0 : 0.0);
   st.counters["graph_bitwise_equal"] = Counter(run.graph_equal ? 1.0 : 0.0);
   std::string label = run.verified ? "ok" : "INCORRECT: " + run.verify_detail;
@@ -547,6 +551,10 @@ int main_impl(int argc, char** argv) {
               "                     per group of chunks refilled by the backward (the same\n"
               "                     bits, less memory, one more pass of the recurrence);\n"
               "                     default auto = grouped for bf16/f16, every for f32\n"
+              "  --scan-exp=auto|hardware|accurate\n"
+              "                     the checkpointed scan's exp(delta*A): the ex2.approx unit or\n"
+              "                     the accurate FMA-pipe version (kernels/scan/exp_math.cuh);\n"
+              "                     default auto = accurate for f32, hardware for bf16/f16\n"
               "  --plan=GIB         no GPU needed: each row's device memory as the model would\n"
               "                     allocate it (gpu::plan_memory; every buffer with\n"
               "                     MAMBACHECK_MEMORY_PLAN=1) beside the peer's peak, and\n"
@@ -557,7 +565,7 @@ int main_impl(int argc, char** argv) {
   g.flags = parse_project_flags(*rw.argc(), rw.argv(), rw, {"gemm", "typed-gemm", "reps",
                                                                   "scan-partial-budget", "dt-proj",
                                                                   "scan-cpt", "scan-layout",
-                                                                  "cublas-workspace",
+                                                                  "cublas-workspace", "scan-exp",
                                                                   "scan-checkpoints", "plan"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
@@ -582,6 +590,8 @@ int main_impl(int argc, char** argv) {
   gpu::require_cublas_workspace_bytes("--cublas-workspace", g.cublas_workspace);
   g.scan_checkpoints = parse_scan_checkpoints(
       g.flags.get_string("scan-checkpoints", "auto", {"auto", "every", "grouped"}));
+  g.scan_exp = parse_scan_exp(
+      g.flags.get_string("scan-exp", "auto", {"auto", "hardware", "accurate"}));
   if (g.scan_checkpoints == ScanCheckpoints::Grouped && g.scan_partial_budget != 0)
     throw ConfigError("--scan-partial-budget applies to --scan-checkpoints=every or auto "
                       "(a grouped backward runs one segment per group)");
@@ -655,6 +665,10 @@ int main_impl(int argc, char** argv) {
                    std::string(to_string(g.scan_checkpoints)) +
                        " (auto = grouped for bf16/f16, every chunk's state for f32; "
                        "scan_checkpoint_group per row: chunks per saved state)");
+  AddCustomContext("scan_exp", std::string(to_string(g.scan_exp)) +
+                                    (g.scan_exp == ScanExp::Auto
+                                         ? " (accurate for f32, hardware for bf16/f16)"
+                                         : " (forced)"));
   AddCustomContext("scan_layout",
                    std::string(to_string(g.scan_layout)) +
                        (g.scan_layout == ScanLayout::Auto

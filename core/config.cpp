@@ -74,6 +74,13 @@ ScanCheckpoints parse_scan_checkpoints(const std::string& s) {
   throw ConfigError("scan_checkpoints = '" + s + "' is not one of auto|every|grouped");
 }
 
+ScanExp parse_scan_exp(const std::string& s) {
+  if (s == "auto") return ScanExp::Auto;
+  if (s == "hardware" || s == "hw") return ScanExp::Hardware;
+  if (s == "accurate" || s == "acc") return ScanExp::Accurate;
+  throw ConfigError("scan_exp = '" + s + "' is not one of auto|hardware|accurate");
+}
+
 ScanMode parse_scan_mode(const std::string& s) {
   if (s == "auto") return ScanMode::Auto;
   if (s == "sequential" || s == "seq") return ScanMode::Sequential;

@@ -45,6 +45,7 @@ const char* to_string(ScanLayout l);
 ScanLayout parse_scan_layout(const std::string& s);  // throws ConfigError
 ScanMode parse_scan_mode(const std::string& s);  // throws ConfigError
 ScanCheckpoints parse_scan_checkpoints(const std::string& s);  // throws ConfigError
+ScanExp parse_scan_exp(const std::string& s);  // auto|hardware|accurate; throws ConfigError
 DType parse_dtype(const std::string& s);         // throws ConfigError
 
 // Thrown for every bad configuration or runtime shape. The message always

@@ -3,7 +3,7 @@
 // numerical properties: the built-in named configs, deterministic and
 // non-degenerate test problems, the mixed-precision rounding points of the
 // Storage policy (model.cpp), and clear errors (field, value, limit) for bad
-// shapes and arguments.
+// shapes, arguments and run-option names.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/builtin_configs.hpp"
+#include "core/config.hpp"
 #include "check/gradcheck.hpp"
 #include "validation/support/oracle_test_support.hpp"
 #include "reference_cpu/steps.hpp"
@@ -326,6 +327,25 @@ TEST(OracleErrors, BadShapesNameFieldValueAndLimit) {
     check::make_problem(bad, 1, 1, 1);
   });
   EXPECT_NE(cfg.find("d_state = 257"), std::string::npos) << cfg;
+}
+
+// The run options' names as the command lines give them (bench_train_step --scan-exp,
+// --scan-layout, --scan-checkpoints; mambacheck --scan): each parses to its value, and
+// an unknown name is refused naming the field, the value and the valid names.
+TEST(OracleErrors, RunOptionNamesParseOrNameFieldValueAndChoices) {
+  EXPECT_EQ(parse_scan_exp("auto"), ScanExp::Auto);
+  EXPECT_EQ(parse_scan_exp("hardware"), ScanExp::Hardware);
+  EXPECT_EQ(parse_scan_exp("accurate"), ScanExp::Accurate);
+  EXPECT_EQ(parse_scan_layout("whole-state"), ScanLayout::WholeState);
+  EXPECT_EQ(parse_scan_checkpoints("grouped"), ScanCheckpoints::Grouped);
+  EXPECT_EQ(parse_scan_mode("checkpointed"), ScanMode::Checkpointed);
+  const std::string e = error_of<ConfigError>([] { parse_scan_exp("fast"); });
+  EXPECT_NE(e.find("scan_exp = 'fast' is not one of auto|hardware|accurate"), std::string::npos)
+      << e;
+  const std::string l = error_of<ConfigError>([] { parse_scan_layout("tiles"); });
+  EXPECT_NE(l.find("scan_layout = 'tiles'"), std::string::npos) << l;
+  const std::string m = error_of<ConfigError>([] { parse_scan_mode("fft"); });
+  EXPECT_NE(m.find("scan_mode = 'fft'"), std::string::npos) << m;
 }
 
 TEST(OracleErrors, BadArgumentsAreRefused) {
