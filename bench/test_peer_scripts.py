@@ -21,31 +21,23 @@ def run(*args, script=SCRIPT):
                               capture_output=True, text=True, timeout=120)
 
 
+# (arguments, what the refusal must say): each refused with exit 2 before any child starts
+REFUSALS = [
+    (("--rows", "768:2048"), "'768:2048' is not d_model:T:layers"),
+    (("--rows", "768:2k:1"), "'768:2k:1' is not three integers d_model:T:layers"),
+    (("--rows", "768:0:1"), "'768:0:1' needs d_model, T and layers > 0"),
+    (("--dtypes", "float32,bf16"), "bf16 not one of float32, bfloat16, float16"),
+    (("--reps", "0"), "--reps 0"),
+]
+
+
 class PeerTrainStepArgs(unittest.TestCase):
-    def test_row_without_layers_is_refused_by_name(self):
-        r = run("--rows", "768:2048")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("'768:2048' is not d_model:T:layers", r.stderr)
-
-    def test_non_integer_row_is_refused_by_name(self):
-        r = run("--rows", "768:2k:1")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("'768:2k:1' is not three integers d_model:T:layers", r.stderr)
-
-    def test_unknown_dtype_is_refused_by_name(self):
-        r = run("--dtypes", "float32,bf16")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("bf16 not one of float32, bfloat16, float16", r.stderr)
-
-    def test_non_positive_row_is_refused(self):
-        r = run("--rows", "768:0:1")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("'768:0:1' needs d_model, T and layers > 0", r.stderr)
-
-    def test_non_positive_counts_are_refused(self):
-        r = run("--reps", "0")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("--reps 0", r.stderr)
+    def test_bad_arguments_are_refused_naming_the_value(self):
+        for args, message in REFUSALS:
+            with self.subTest(args=args):
+                r = run(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(message, r.stderr)
 
     def test_missing_torch_or_gpu_or_peer_is_a_skip_not_a_crash(self):
         # here: no PyTorch, or no GPU, or (on a GPU machine) no peer at this path: 77
