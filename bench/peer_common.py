@@ -34,9 +34,11 @@ def write_doc(path, doc):
         json.dump(doc, fh, indent=1)
 
 
-def events_median_us(torch, fn, inner, reps):
+def events_median_us(torch, fn, inner, reps, warm=0):
     """Median over reps of (CUDA-event time around `inner` back-to-back calls of fn) /
-    inner, in µs, on the current stream."""
+    inner, in µs, on the current stream, after `warm` untimed calls."""
+    for _ in range(warm):
+        fn()
     ts = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

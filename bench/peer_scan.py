@@ -84,10 +84,8 @@ def main():
             ts.append(s.elapsed_time(e) * 1e3)
         return statistics.median(ts)
 
-    def time_b2b(fn, inner=10, reps=15):
-        for _ in range(3):
-            fn()
-        return events_median_us(torch, fn, inner, reps)
+    def time_b2b(fn):
+        return events_median_us(torch, fn, inner=10, reps=15, warm=3)
 
     rows = []
     B, D = a.batch, a.d_inner

@@ -79,7 +79,8 @@ def import_peer(peer_py, ext_dirs):
                                 "slow: no causal_conv1d (nn.Conv1d + selective_scan_fn)")
 
 
-def time_row(torch, Mamba, dm, T, L, dtype, a):
+def time_row(torch, Mamba, dm, T, L, dtype_name, a):
+    dtype = getattr(torch, dtype_name)
     nn = torch.nn
 
     class Block(nn.Module):  # x + Mamba(RMSNorm(x))
@@ -117,9 +118,7 @@ def time_row(torch, Mamba, dm, T, L, dtype, a):
     torch.cuda.synchronize()
     stable = sum(bool(torch.equal(f, p.grad)) for f, p in zip(first, params))
     first = None
-    for _ in range(3):
-        step()
-    eager = events_median_us(torch, step, a.inner, a.reps)
+    eager = events_median_us(torch, step, a.inner, a.reps, warm=3)
     graph, graph_error = None, None
     try:
         side = torch.cuda.Stream()
@@ -139,7 +138,7 @@ def time_row(torch, Mamba, dm, T, L, dtype, a):
         graph_error = repr(e)[:300]
     # the row's own tensors: parameters, x and g (not what an earlier row may have left)
     own = sum(t.numel() * t.element_size() for t in params + [x, g])
-    row = dict(d_model=dm, T=T, layers=L, B=a.batch, dtype=SHORT.get(str(dtype).split(".")[1]),
+    row = dict(d_model=dm, T=T, layers=L, B=a.batch, dtype=SHORT[dtype_name],
                eager_us=round(eager, 1), graph_us=None if graph is None else round(graph, 1),
                peak_step_bytes=int(peak - held), peak_total_bytes=int(peak - held + own),
                grads_bitwise_stable=int(stable), grads=len(params))
@@ -232,8 +231,7 @@ def main(argv=None):
     out_rows = []
     for dm, T, L in rows:
         for name in a.dtypes.split(","):
-            dtype = getattr(torch, name)
-            r = time_row(torch, Mamba, dm, T, L, dtype, a)
+            r = time_row(torch, Mamba, dm, T, L, name, a)
             gc.collect()  # the row's model and tensors, before the next row (--in-process)
             torch.cuda.empty_cache()
             r["path"] = path

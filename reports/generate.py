@@ -61,6 +61,12 @@ class InputError(Exception):
 # ----------------------------------------------------------------------------
 # Small helpers
 
+def step_peak_bytes(r):
+    """A bench_train_step row's peak device memory: peak_bytes, or model_bytes in files
+    from before peak_bytes was recorded (the same figure); None when neither is there."""
+    return r.get("peak_bytes") or r.get("model_bytes")
+
+
 def num(v):
     """JSON number or numeric string (incl. 'inf', 'nan') -> float; None stays None."""
     if v is None:
@@ -468,7 +474,7 @@ def peer_step_section(peer_step, step):
         pg, og = num(pr["graph_us"]), num(o.get("graph_us"))
         tgt = o.get("target_speedup")
         ratio = pg / og if (pg and og) else None
-        ours_peak = o.get("peak_bytes") or o.get("model_bytes")
+        ours_peak = step_peak_bytes(o)
         ppeak = num(pr["peak_total_bytes"])
         met = "—"
         if tgt and ratio is not None:
@@ -824,7 +830,7 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
             # real_time is the eager step in files without eager_us (before graphs)
             eager = r["eager_us"] if r.get("eager_us") else (
                 r["seconds"] * 1e6 if r["seconds"] and r.get("graph_us") is None else None)
-            peak = r.get("peak_bytes") or r.get("model_bytes")
+            peak = step_peak_bytes(r)
             rows.append((r["model"], r["dm"], r["L"], r["B"], r["T"], r["dtype"], r["gemm"],
                          ms(eager), ms(r.get("graph_us")),
                          si(r["tokens_per_s"]), fmt(r["TFLOPs"]),
@@ -857,7 +863,7 @@ def performance_md(bench_paths, contexts, scan, step, other, plots, val_contexts
                              fmt(r.get("speedup_vs_peer")),
                              f"≥ {fmt(tgt)}" if tgt else "—",
                              ("yes" if r.get("meets_target") == 1 else "**NO**") if tgt else "—",
-                             fmt((r.get("peak_bytes") or r.get("model_bytes") or 0) / 2**30),
+                             fmt((step_peak_bytes(r) or 0) / 2**30),
                              fmt(r.get("peer_peak_gib")), fmt(r.get("peak_vs_peer"))))
             out.append(md_table(["d_model / T, layers", "dtype", "GEMM tier", "graph µs",
                                  "peer graph µs", "× peer", "target", "met", "peak GiB",
