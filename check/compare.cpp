@@ -169,6 +169,7 @@ std::string KRuleResult::summary() const {
      << fmt_g(k_limit) << ") max|K-O|=" << fmt_g(kernel.max_abs) << " @" << kernel.argmax_abs
      << " max|P-O|=" << fmt_g(baseline.max_abs) << " atol=" << fmt_g(atol)
      << " bound=" << fmt_g(bound) << " headroom=" << fmt_g(headroom)
+     << (passes_through_atol() ? " (k over its limit: passes through atol)" : "")
      << " rel=" << fmt_g(kernel.max_rel) << " nmse=" << fmt_g(kernel.nmse)
      << " ulp=" << fmt_g(kernel.max_ulp) << " max|O|=" << fmt_g(kernel.ref_max_abs)
      << " n=" << kernel.n;

@@ -86,6 +86,10 @@ struct KRuleResult {
   // The tensor's verdict: the k-rule and the statistical checks (where computed
   // and enforced).
   bool verdict() const { return pass && stats.ok(); }
+  // Passed the rule with k above k_limit: only the atol term (2 ulp at max|O|) covers the
+  // error, so the ratio alone would have failed. Reports say so beside k, since a k over
+  // its printed limit reads as a failure otherwise.
+  bool passes_through_atol() const { return pass && !(k <= k_limit); }
   std::string summary() const;  // one readable line (the statistics appended when computed)
 };
 

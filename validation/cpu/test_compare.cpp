@@ -4,6 +4,9 @@
 // f32/bf16/f16, the k-x rule on both sides of its bound, NMSE/rel of a known
 // vector, RNE ties-to-even of storage.hpp, FNV-1a test vectors and the
 // first-bit-difference helper. Every expected value is derived in a comment.
+// The precision suites' family table (validation/support/family_table.hpp) is
+// checked on hand-made comparisons: its worst k, its headroom and its naming of a
+// pass through the rule's atol term.
 // Also the per-tensor model comparison used by the GPU suites and the CLI
 // (model_check.hpp), driven here with CPU results in place of the GPU: it must
 // pass an equally accurate result and name a wrong tensor.
@@ -21,6 +24,7 @@
 #include "core/builtin_configs.hpp"
 #include "core/param_layout.hpp"
 #include "core/storage.hpp"
+#include "validation/support/family_table.hpp"
 
 namespace mc::check {
 namespace {
@@ -249,6 +253,23 @@ TEST(KRule, PassExactlyAtBoundFailOneUlpAbove) {
   EXPECT_NE(above.summary().find("[FAIL] t: k=4.75"), std::string::npos) << above.summary();
 }
 
+// At j = 18 the error is 18·2^-22 = the bound, with k = 18/4 = 4.5 over the limit 4: the
+// rule passes it only because of atol, and the summary says so; at j = 2 (k 0.5) and at
+// j = 19 (a failure) it does not.
+TEST(KRule, PassThroughAtolIsNamedInTheSummary) {
+  const KRuleResult at = KRuleCase{}.run(18);
+  EXPECT_EQ(at.k, 4.5);
+  EXPECT_TRUE(at.passes_through_atol());
+  EXPECT_NE(at.summary().find("headroom=1 (k over its limit: passes through atol)"),
+            std::string::npos)
+      << at.summary();
+  for (int j : {2, 19}) {
+    const KRuleResult r = KRuleCase{}.run(j);
+    EXPECT_FALSE(r.passes_through_atol()) << r.summary();
+    EXPECT_EQ(r.summary().find("passes through atol"), std::string::npos) << r.summary();
+  }
+}
+
 TEST(KRule, ExactBaselineGivesInfiniteKButAtolFloor) {
   // P == O: e_P = 0. A 1-ulp kernel error at 1.0 (2^-23 <= atol 2^-21) passes
   // on the floor with k = inf; 3·2^-22 at -3 (> 2^-21) fails.
@@ -415,6 +436,49 @@ TEST(ModelComparison, SizeMismatchFails) {
   const auto c = compare_model("missing", in, K, O, P);
   EXPECT_FALSE(c.pass());
   EXPECT_NE(c.report(true).find("SIZE MISMATCH"), std::string::npos);
+}
+
+// ------------------------------------------- family table (suites) ---
+
+TEST(FamilyTable, TensorFamilyDropsTheLayerIndexAndTheNote) {
+  using mc::testing::tensor_family;
+  EXPECT_EQ(tensor_family("grad.layers.12.in_proj_w"), "grad.in_proj_w");
+  EXPECT_EQ(tensor_family("layers.0.conv_final"), "conv_final");
+  EXPECT_EQ(tensor_family("grad.layers.0.d_param (zero state)"), "grad.d_param");
+  EXPECT_EQ(tensor_family("out"), "out");
+  EXPECT_EQ(tensor_family("grad.layers.x.w"), "grad.layers.x.w");  // no index: unchanged
+}
+
+// Two comparisons built from KRuleCase: family "w" gets k 0.5 (headroom 2/18) and k 4.5
+// (headroom 1, through atol); "out" gets the failure of j = 19 (k 4.75, headroom 19/18).
+TEST(FamilyTable, WorstKLargestHeadroomAndPassesThroughAtol) {
+  auto named = [](int j, const std::string& name) {
+    KRuleResult r = KRuleCase{}.run(j);
+    r.tensor = name;
+    return r;
+  };
+  Comparison a{"case a", {named(2, "grad.layers.0.w"), named(18, "grad.layers.1.w")}};
+  Comparison b{"case b", {named(19, "out")}};
+  mc::testing::FamilyTable t;
+  t.add(a, "checkpointed");
+  EXPECT_TRUE(t.all_pass());
+  EXPECT_EQ(t.max_k(), 4.5);
+  EXPECT_EQ(t.max_headroom(), 1.0);
+  EXPECT_EQ(t.passed_through_atol(), 1);
+  std::string s = t.str("title", false);
+  EXPECT_NE(s.find("grad.layers.1.w"), std::string::npos) << s;  // the worst k is shown
+  EXPECT_NE(s.find("(k over the limit: passes through atol)"), std::string::npos) << s;
+  EXPECT_NE(s.find("largest headroom: 1 (<= 1); 1 tensor(s) passed through atol"),
+            std::string::npos)
+      << s;
+  t.add(b, "parallel");
+  EXPECT_FALSE(t.all_pass());
+  EXPECT_EQ(t.max_k(), 4.75);
+  EXPECT_DOUBLE_EQ(t.max_headroom(), 19.0 / 18.0);
+  s = t.str("title", true);
+  EXPECT_NE(s.find(" FAIL"), std::string::npos) << s;
+  EXPECT_NE(s.find("(over 1)"), std::string::npos) << s;
+  EXPECT_NE(s.find("case b"), std::string::npos) << s;
 }
 
 // problem.hpp's promise: every value of a test problem is exactly representable in

@@ -65,6 +65,7 @@ void check_over_shapes(DType dtype) {
   });
   ::testing::Test::RecordProperty("cases_passed", std::to_string(cases));
   ::testing::Test::RecordProperty("max_k", std::to_string(families.max_k()));
+  ::testing::Test::RecordProperty("max_headroom", std::to_string(families.max_headroom()));
   families.record("");
   std::cout << families.str(std::string("largest k per tensor family, ") + to_string(dtype) +
                                 ", over " + std::to_string(cases) + " passing cases (and any failing one)",

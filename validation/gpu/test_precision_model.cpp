@@ -149,6 +149,7 @@ void check_model_like(int d_model, DType dtype) {
     }
     EXPECT_FALSE(c.tensors.empty());
   }
+  ::testing::Test::RecordProperty("max_headroom", std::to_string(families.max_headroom()));
   families.record("");
   std::cout << families.str(std::string("largest k per tensor family, ") + to_string(dtype) + ", " +
                                 pc.shape + ", GEMM tier " + to_string(precision_tier(dtype)) +

@@ -1794,7 +1794,9 @@ TEST(ScanContract, GroupedCheckpoints) {
     };
     ASSERT_GE(G, 2) << bytes;
     EXPECT_LE(ws(G), bytes) << bytes;
-    if (G < dense.n_ckpt) EXPECT_GT(ws(G + 1), bytes) << bytes;
+    if (G < dense.n_ckpt) {
+      EXPECT_GT(ws(G + 1), bytes) << bytes;
+    }
     EXPECT_EQ(scan::geometry(head, Route::Checkpointed, true,
                              scan::group_partial_budget(head, Route::Checkpointed, G), 0, G)
                   .segments,

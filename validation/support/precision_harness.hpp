@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "check/compare.hpp"
+#include "validation/support/family_table.hpp"
 #include "core/config.hpp"
 #include "validation/support/gpu_test.hpp"
 #include "check/model_check.hpp"
@@ -59,93 +60,6 @@
 #include "check/report_json.hpp"
 
 namespace mc::testing {
-
-// ---- tensor families ------------------------------------------------------------
-
-// "layers.3.conv_final" -> "conv_final", "grad.layers.0.in_proj_w" -> "grad.in_proj_w",
-// "out" / "grad.input_proj_w" unchanged. A setup note in parentheses is dropped.
-inline std::string tensor_family(const std::string& tensor) {
-  std::string s = tensor.substr(0, tensor.find(" ("));
-  const std::string key = "layers.";
-  const size_t p = s.find(key);
-  if (p == std::string::npos) return s;
-  size_t q = p + key.size();
-  while (q < s.size() && std::isdigit(static_cast<unsigned char>(s[q]))) ++q;
-  if (q < s.size() && s[q] == '.' && q > p + key.size()) s.erase(p, q + 1 - p);
-  return s;
-}
-
-// The largest k per family over every comparison added (cases, scan modes).
-class FamilyTable {
- public:
-  void add(const check::Comparison& c, const std::string& scan) {
-    for (const check::KRuleResult& r : c.tensors) {
-      const std::string fam = tensor_family(r.tensor);
-      auto it = rows_.find(fam);
-      if (it == rows_.end()) {
-        order_.push_back(fam);
-        rows_[fam] = Row{r, scan, c.label, 1};
-        continue;
-      }
-      Row& w = it->second;
-      ++w.count;
-      // Worst = the largest k; a failing or non-finite k always wins.
-      const bool worse =
-          (!r.verdict() && w.r.verdict()) || (r.verdict() == w.r.verdict() && !(r.k <= w.r.k));
-      if (worse) w = Row{r, scan, c.label, w.count};
-    }
-  }
-  bool empty() const { return rows_.empty(); }
-  double max_k() const {
-    double k = 0;
-    for (const auto& [f, w] : rows_)
-      if (std::isfinite(w.r.k)) k = std::max(k, w.r.k);
-    return k;
-  }
-  bool all_pass() const {
-    for (const auto& [f, w] : rows_)
-      if (!w.r.verdict()) return false;
-    return !rows_.empty();
-  }
-  // One line per family: the worst tensor's k and metrics, and where it was.
-  std::string str(const std::string& title, bool with_case) const {
-    std::ostringstream os;
-    char buf[400];
-    os << title << "\n";
-    std::snprintf(buf, sizeof buf, "  %-22s %5s %8s  %-26s %10s %10s %9s %9s %6s %-10s%s\n",
-                  "family", "n", "max k", "tensor (worst)", "max|K-O|", "max|P-O|", "max rel",
-                  "nmse", "ulp", "scan", with_case ? "  case" : "");
-    os << buf;
-    for (const std::string& f : order_) {
-      const Row& w = rows_.at(f);
-      std::snprintf(buf, sizeof buf,
-                    "  %-22s %5d %8.3g  %-26s %10.3g %10.3g %9.3g %9.3g %6.0f %-10s%s%s%s\n",
-                    f.c_str(), w.count, w.r.k, w.r.tensor.substr(0, 26).c_str(),
-                    w.r.kernel.max_abs, w.r.baseline.max_abs, w.r.kernel.max_rel, w.r.kernel.nmse,
-                    w.r.kernel.max_ulp, w.scan.c_str(), w.r.verdict() ? "" : " FAIL",
-                    with_case ? "  " : "", with_case ? w.label.c_str() : "");
-      os << buf;
-    }
-    std::snprintf(buf, sizeof buf, "  max k over all families: %.3g (limit %.3g)\n", max_k(),
-                  check::kTypedKLimit);
-    os << buf;
-    return os.str();
-  }
-  // RecordProperty("<prefix>kmax.<family>", k) for every family.
-  void record(const std::string& prefix) const {
-    for (const std::string& f : order_)
-      ::testing::Test::RecordProperty(prefix + "kmax." + f, std::to_string(rows_.at(f).r.k));
-  }
-
- private:
-  struct Row {
-    check::KRuleResult r;
-    std::string scan, label;
-    int count = 0;
-  };
-  std::vector<std::string> order_;
-  std::map<std::string, Row> rows_;
-};
 
 // ---- GEMM tier ----------------------------------------------------------------------
 
