@@ -482,10 +482,10 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
   add_summary(g.summary, s);
 }
 
-// The peer's figures were measured on an H200 (check/peer_step.hpp): on another GPU the
+// The peer's figures were measured on one GPU model (check::kPeerStepGpu): on another the
 // "x peer" column compares two machines, and the summary says so.
 bool peer_measured_on(const std::string& device_name) {
-  return device_name.find("H200") != std::string::npos;
+  return device_name.find(check::kPeerStepGpu) != std::string::npos;
 }
 
 // The peer figure and the ratio beside each row, on stderr (the JSON has the same).
@@ -496,10 +496,10 @@ void print_summary(const std::vector<Summary>& rows, const std::string& device_n
                kProgram, kTargetBf16, kTargetF32);
   if (!peer_measured_on(device_name))
     std::fprintf(stderr,
-                 "note: the peer figures were measured on an H200 and this device is %s, so "
+                 "note: the peer figures were measured on an %s and this device is %s, so "
                  "\"x peer\" compares two machines. bench/peer_train_step.py times the peer on "
                  "this one; reports/generate.py --peer-step sets the two side by side.\n",
-                 device_name.c_str());
+                 check::kPeerStepGpu, device_name.c_str());
   std::fprintf(stderr, "%-58s %9s %9s %9s %7s %7s %6s %9s %9s %9s %7s %7s %s\n", "case", "eager us",
                "graph us", "peer us", "x peer", "target", "met", "gemm us", "scan us", "elem us",
                "GiB", "peerGiB", "checks");
@@ -701,10 +701,11 @@ int main_impl(int argc, char** argv) {
                            "TF32 off), B 8, the step replayed as one CUDA graph (the peer's "
                            "table): peer_graph_us, peer_peak_gib; speedup_vs_peer = "
                            "peer_graph_us / graph_us");
-  AddCustomContext("peer_same_gpu_model", peer_measured_on(g.dev.info.name)
-                                              ? "yes (an H200, as the peer's figures)"
-                                              : "no: the peer's figures are an H200's; time "
-                                                "the peer here with bench/peer_train_step.py");
+  AddCustomContext("peer_same_gpu_model",
+                   peer_measured_on(g.dev.info.name)
+                       ? std::string("yes (an ") + check::kPeerStepGpu + ", as the peer's figures)"
+                       : std::string("no: the peer's figures are an ") + check::kPeerStepGpu +
+                             "'s; time the peer here with bench/peer_train_step.py");
   AddCustomContext("targets", "graph figures, bf16 (tensor-core tier) >= 2x the peer's "
                               "bf16, f32 (strict tier) >= 1.5x the peer's f32; target_speedup "
                               "0 = no target for this row's tier");

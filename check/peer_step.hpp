@@ -12,6 +12,9 @@
 
 namespace mc::check {
 
+// The GPU model the figures below were measured on (a substring of its device name).
+inline constexpr const char* kPeerStepGpu = "H200";
+
 struct PeerStepRow {
   int dm;
   int64_t T;
