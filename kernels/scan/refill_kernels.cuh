@@ -25,6 +25,14 @@
 // docs/performance-notes.md, "2026-12-06, ninth session". The ring holds no more registers
 // than the first version's one chunk (96 at K = 16 in f32, fewer in bf16/f16). The
 // exponentials do not depend on h either, so only one FMA a step is on the h chain.
+// Twelfth session: Δ's softplus and the B vector loads became compile-time variants of the
+// walk (one branch a thread instead of several a step) and the last walked chunk is peeled,
+// so that the loop's loads are unconditional: the bf16 K = 16 walk went from 1646 SASS
+// instructions a chunk (both branches of every step) to 557 for the step's variant, ~35 a
+// step against the 47 ncu counted issued. Two tries that did not work, for whoever comes
+// next: 2 states a thread under a 6-blocks-an-SM bound (80 registers) spilled the ring; and
+// with the chunk's loads at offsets from a chunk base ptxas kept every row address live
+// (254 registers).
 #pragma once
 
 #include <type_traits>
@@ -129,6 +137,78 @@ __host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t 
   return (di * q + kRefillThreads - 1) / kRefillThreads;
 }
 
+// The walk of one thread over chunks c_lo .. c_hi-1, from h (the state before chunk c_lo),
+// writing the state before each chunk from `out` on (this thread's row of slot 0). BIAS (Δ's
+// softplus) and VB (B by 4-element vector loads) are compile-time, so that no step branches
+// on them; the last walked chunk is peeled off the loop, so that every load in the loop is
+// unconditional (the 2026-12-06 twelfth-session notes: the per-step branches and the
+// conditional loads of the next chunk).
+template <class T, scan::ExpMath E, int K, bool BIAS, bool VB>
+__device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t b, int64_t d,
+                                            int n0, int nvalid, const float (&a)[4],
+                                            float (&h)[4], float* out) {
+  const float bias = BIAS ? __ldg(p.delta_bias + d) : 0.f;
+  const int64_t plane = p.di * p.ds;
+  const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
+  const T* up = p.u + (b * p.T + p.c_lo * K) * p.ld_u + d;
+  const T* bp = p.Bm + (b * p.T + p.c_lo * K) * p.ld_B + n0;
+  // The chunk's steps in kRefillBatches batches of KB; batch j of chunk c goes into ring
+  // slot j, loaded kRefillBatches - 1 batches before it is walked.
+  constexpr int NB = kRefillBatches, KB = K / NB;
+  static_assert(K % NB == 0, "the refill's batches divide the chunk");
+  // steps j·KB .. j·KB+KB-1 of the chunk the row pointers are at, plus `ahead` chunks
+  auto load = [&](RefillBatch<T, KB>& r, int j, int ahead) {
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const int64_t i = int64_t(ahead) * K + j * KB + k;
+      r.x[k] = __ldg(dp + i * p.ld_delta);
+      r.u[k] = __ldg(up + i * p.ld_u);
+      r.b[k] = load_quad(bp + i * p.ld_B, VB, nvalid);
+    }
+  };
+  auto walk = [&](const RefillBatch<T, KB>& r) {
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const float x = as_f32(r.x[k]);
+      const float dl = BIAS ? act_softplus(x + bias) : x;
+      const float du = dl * as_f32(r.u[k]);
+      h[0] = fmaf(expm<E>(dl * a[0]), h[0], du * quad_f32<0>(r.b[k]));
+      h[1] = fmaf(expm<E>(dl * a[1]), h[1], du * quad_f32<1>(r.b[k]));
+      h[2] = fmaf(expm<E>(dl * a[2]), h[2], du * quad_f32<2>(r.b[k]));
+      h[3] = fmaf(expm<E>(dl * a[3]), h[3], du * quad_f32<3>(r.b[k]));
+    }
+  };
+  // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
+  RefillBatch<T, KB> ring[NB];
+  store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_lo
+  if (p.c_lo + 1 >= p.c_hi) return;
+#pragma unroll
+  for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0);
+  // every chunk but the last walked one: its next chunk is walked too, so its batches load
+  for (int64_t c = p.c_lo; c + 2 < p.c_hi; ++c) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int jl = j + NB - 1;  // the batch loaded now: this chunk's last, or the next's
+      if (jl < NB) load(ring[jl], jl, 0);
+      else load(ring[jl - NB], jl - NB, 1);
+      walk(ring[j]);
+    }
+    dp += K * p.ld_delta;
+    up += K * p.ld_u;
+    bp += K * p.ld_B;
+    out += plane;
+    store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c + 1
+  }
+  // the last walked chunk: only its own last batch is still to load
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {
+    if (j + NB - 1 < NB) load(ring[j + NB - 1], j + NB - 1, 0);
+    walk(ring[j]);
+  }
+  out += plane;
+  store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_hi - 1
+}
+
 // grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
 // plan's steps per chunk. Writes dense[b, c - c_lo, d, :] = h before chunk c, for
 // c_lo <= c < c_hi (c_hi - c_lo <= group).
@@ -150,60 +230,15 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillA
   for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
   load_states<4>(p.saved + ((b * p.n_saved + p.c_lo / p.group) * p.di + d) * p.ds + n0,
                  p.vec_state, nvalid, h);
-  const float bias = p.delta_bias ? __ldg(p.delta_bias + d) : 0.f;
-  const int64_t plane = p.di * p.ds;
   float* out = p.dense + (b * p.group * p.di + d) * p.ds + n0;  // slot 0 of this thread's row
   const bool vb = p.vec_b && nvalid == 4;
-  const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
-  const T* up = p.u + (b * p.T + p.c_lo * K) * p.ld_u + d;
-  const T* bp = p.Bm + (b * p.T + p.c_lo * K) * p.ld_B + n0;
-  // The chunk's steps in kRefillBatches batches of KB; batch j of chunk c goes into ring
-  // slot j, loaded kRefillBatches - 1 batches before it is walked.
-  constexpr int NB = kRefillBatches, KB = K / NB;
-  static_assert(K % NB == 0, "the refill's batches divide the chunk");
-  // steps j·KB .. j·KB+KB-1 of the chunk the row pointers are at, plus `ahead` chunks
-  auto load = [&](RefillBatch<T, KB>& r, int j, int ahead) {
-#pragma unroll
-    for (int k = 0; k < KB; ++k) {
-      const int64_t i = int64_t(ahead) * K + j * KB + k;
-      r.x[k] = __ldg(dp + i * p.ld_delta);
-      r.u[k] = __ldg(up + i * p.ld_u);
-      r.b[k] = load_quad(bp + i * p.ld_B, vb, nvalid);
-    }
-  };
-  auto walk = [&](const RefillBatch<T, KB>& r) {
-#pragma unroll
-    for (int k = 0; k < KB; ++k) {
-      const float x = as_f32(r.x[k]);
-      const float dl = p.delta_bias ? act_softplus(x + bias) : x;
-      const float du = dl * as_f32(r.u[k]);
-      h[0] = fmaf(expm<E>(dl * a[0]), h[0], du * quad_f32<0>(r.b[k]));
-      h[1] = fmaf(expm<E>(dl * a[1]), h[1], du * quad_f32<1>(r.b[k]));
-      h[2] = fmaf(expm<E>(dl * a[2]), h[2], du * quad_f32<2>(r.b[k]));
-      h[3] = fmaf(expm<E>(dl * a[3]), h[3], du * quad_f32<3>(r.b[k]));
-    }
-  };
-  // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
-  RefillBatch<T, KB> ring[NB];
-  if (p.c_lo + 1 < p.c_hi) {
-#pragma unroll
-    for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0);
-  }
-  for (int64_t c = p.c_lo;; ++c) {
-    store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c
-    if (c + 1 >= p.c_hi) break;
-    out += plane;
-    const bool next = c + 2 < p.c_hi;  // chunk c + 1 is walked too
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      const int jl = j + NB - 1;  // the batch loaded now: this chunk's last, or the next's
-      if (jl < NB) load(ring[jl], jl, 0);
-      else if (next) load(ring[jl - NB], jl - NB, 1);
-      walk(ring[j]);
-    }
-    dp += K * p.ld_delta;
-    up += K * p.ld_u;
-    bp += K * p.ld_B;
+  // One branch a thread, to the walk's variant (four instances of it in this kernel).
+  if (p.delta_bias) {
+    if (vb) refill_walk<T, E, K, true, true>(p, b, d, n0, nvalid, a, h, out);
+    else refill_walk<T, E, K, true, false>(p, b, d, n0, nvalid, a, h, out);
+  } else {
+    if (vb) refill_walk<T, E, K, false, true>(p, b, d, n0, nvalid, a, h, out);
+    else refill_walk<T, E, K, false, false>(p, b, d, n0, nvalid, a, h, out);
   }
 }
 
