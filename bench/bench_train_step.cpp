@@ -24,7 +24,9 @@
 //              the cudaMemGetInfo drops across construction + one step
 //              (mem_used_bytes) and across the graph capture (graph_mem_bytes);
 //   peer       the state-spaces/mamba graph figure of the issue for this row
-//              (peer_graph_us, peer_peak_gib; 0 = none), speedup_vs_peer =
+//              (peer_graph_us; 0 = none) and its peak memory (peer_peak_gib: the
+//              smaller of the issue's figure and the fresh-process measurement,
+//              check::peer_peak_bytes), speedup_vs_peer =
 //              peer_graph_us / graph_us, the target (bf16 tensor-core >= 2,
 //              f32 strict >= 1.5; 0 = no target for this tier), meets_target,
 //              peak_vs_peer = peak GiB / peer GiB;
@@ -205,6 +207,7 @@ struct StepBench {
   size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
   ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;  // --scan-checkpoints
   ScanExp scan_exp = ScanExp::Auto;                          // --scan-exp
+  bool recompute_h0 = true;                                  // --h0=recompute|save
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -229,6 +232,7 @@ gpu::RunOptions run_options(const StepCase& c, const StepBench& g) {
   opt.cublas_workspace_bytes = g.cublas_workspace;
   opt.scan_checkpoints = g.scan_checkpoints;
   opt.scan_exp = g.scan_exp;
+  opt.recompute_h0 = g.recompute_h0;
   return opt;
 }
 
@@ -245,9 +249,7 @@ void print_memory_plan(const std::vector<StepCase>& cases, const StepBench& g,
     const gpu::MemoryPlan p = gpu::plan_memory(config_of(c), c.B, c.T, run_options(c, g));
     const PeerRow* peer = c.B == check::kPeerStepBatch ? peer_of(c.d_model, c.T, c.n_layers)
                                                        : nullptr;
-    const double peer_b =
-        peer ? (c.dtype == DType::F32 ? peer->f32_peak_gib : peer->bf16_peak_gib) * double(1ull << 30)
-             : 0.0;
+    const double peer_b = peer ? check::peer_peak_bytes(*peer, c.dtype == DType::F32) : 0.0;
     const bool has_peer = peer && c.dtype != DType::F16;
     char peer_mb[32] = "-", ratio[32] = "-";
     if (has_peer) {
@@ -420,7 +422,7 @@ void run_case(benchmark::State& st, const StepCase& c, int index) {
   const PeerRow* peer = peer_of(c.d_model, c.T, c.n_layers);
   const bool f32 = c.dtype == DType::F32;
   const double peer_us = peer ? (f32 ? peer->f32_graph_us : peer->bf16_graph_us) : 0.0;
-  const double peer_gib = peer ? (f32 ? peer->f32_peak_gib : peer->bf16_peak_gib) : 0.0;
+  const double peer_gib = peer ? check::peer_peak_bytes(*peer, f32) / double(1ull << 30) : 0.0;
   const double graph_us = run.graph_s * 1e6, eager_us = run.eager_s * 1e6;
   const double peak_gib = double(m.device_bytes_allocated()) / double(1ull << 30);
   const double speedup = peer_us > 0 && graph_us > 0 ? peer_us / graph_us : 0.0;
@@ -567,6 +569,10 @@ int main_impl(int argc, char** argv) {
               "                     the checkpointed scan's exp(delta*A): the ex2.approx unit or\n"
               "                     the accurate FMA-pipe version (kernels/scan/exp_math.cuh);\n"
               "                     default auto = accurate for f32, hardware for bf16/f16\n"
+              "  --h0=recompute|save\n"
+              "                     layer 0's input H0: formed again by the backward (default;\n"
+              "                     one input_proj GEMM more, B*T*d_model*4 bytes less) or saved\n"
+              "                     by the forward; the same bits either way\n"
               "  --plan=GIB         no GPU needed: each row's device memory as the model would\n"
               "                     allocate it (gpu::plan_memory; every buffer with\n"
               "                     MAMBACHECK_MEMORY_PLAN=1) beside the peer's peak, and\n"
@@ -578,7 +584,8 @@ int main_impl(int argc, char** argv) {
                                                                   "scan-partial-budget", "dt-proj",
                                                                   "scan-cpt", "scan-layout",
                                                                   "cublas-workspace", "scan-exp",
-                                                                  "scan-checkpoints", "plan"});
+                                                                  "scan-checkpoints", "h0",
+                                                                  "plan"});
   const gpu::GemmMath gemm =
       g.flags.get_string("gemm", "f32", {"f32", "tf32"}) == "tf32" ? gpu::GemmMath::TF32
                                                                    : gpu::GemmMath::F32;
@@ -604,6 +611,7 @@ int main_impl(int argc, char** argv) {
       g.flags.get_string("scan-checkpoints", "auto", {"auto", "every", "grouped"}));
   g.scan_exp = parse_scan_exp(
       g.flags.get_string("scan-exp", "auto", {"auto", "hardware", "accurate"}));
+  g.recompute_h0 = g.flags.get_string("h0", "recompute", {"recompute", "save"}) == "recompute";
   if (g.scan_checkpoints == ScanCheckpoints::Grouped && g.scan_partial_budget != 0)
     throw ConfigError("--scan-partial-budget applies to --scan-checkpoints=every or auto "
                       "(a grouped backward runs one segment per group)");
@@ -677,6 +685,9 @@ int main_impl(int argc, char** argv) {
                    std::string(to_string(g.scan_checkpoints)) +
                        " (auto = grouped for bf16/f16, every chunk's state for f32; "
                        "scan_checkpoint_group per row: chunks per saved state)");
+  AddCustomContext("h0", g.recompute_h0 ? "recompute (the default: the backward forms layer 0's "
+                                          "input again with the forward's GEMM and norm)"
+                                        : "save (--h0=save: the forward keeps layer 0's input)");
   AddCustomContext("scan_exp", std::string(to_string(g.scan_exp)) +
                                     (g.scan_exp == ScanExp::Auto
                                          ? " (accurate for f32, hardware for bf16/f16)"
@@ -699,8 +710,9 @@ int main_impl(int argc, char** argv) {
   AddCustomContext("peer", "state-spaces/mamba fast path on an H200 (Mamba block, mamba_inner_fn, "
                            "causal_conv1d, RMSNorm + residual around the mixer, PyTorch 2.11, "
                            "TF32 off), B 8, the step replayed as one CUDA graph (the peer's "
-                           "table): peer_graph_us, peer_peak_gib; speedup_vs_peer = "
-                           "peer_graph_us / graph_us");
+                           "table): peer_graph_us; peer_peak_gib: the smaller of the issue's "
+                           "peak and the peer's fresh-process peak (H100, bench/"
+                           "peer_train_step.py); speedup_vs_peer = peer_graph_us / graph_us");
   AddCustomContext("peer_same_gpu_model",
                    peer_measured_on(g.dev.info.name)
                        ? std::string("yes (an ") + check::kPeerStepGpu + ", as the peer's figures)"

@@ -181,13 +181,26 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   cp.dbias = g(off.conv_b);
   cp.d_state0 = opt_.state_grads ? conv_state(l, d_conv0_.get()) : nullptr;
   cp.d_state_T = have_final_grads_ ? conv_state(l, d_conv_T_.get()) : nullptr;
-  cp.scratch = reduce_scratch_.get();
+  cp.scratch = conv_scratch_in_region_ ? reinterpret_cast<float*>(bwd_region_.get())
+                                        : reduce_scratch_.get();  // (pipeline.hpp)
   kern::conv1d_silu_bwd<T>(cp, s);
   fc_.check("B6 conv1d_silu", l, "d_in_proj_out", dP, R * 2 * di);  // [dxb | dz]
   // F1 again for B7: post_norm N = q(RMSNorm(H_l)) into its slot (not saved, pipeline.hpp),
   // from the layer input the forward saved, by the same kernel arithmetic as F1 (the rms
-  // it recomputes goes to scratch; B8 reads the saved one)
-  kern::rmsnorm_fwd<T>(hs(l), p(off.norm_w), R, dm, d_.eps, a.post_norm, reduce_scratch_.get(), s);
+  // it recomputes goes to scratch; B8 reads the saved one). Layer 0 with H0 not saved:
+  // input_proj's GEMM on the saved typed input into the y slot (free since B6), then the
+  // very norm call of the forward's layer-0 F1, bias and rounding pending: the same H0
+  // and N bits.
+  const float* H = l == 0 && h0_recomputed_ ? h0_rebuilt() : hs(l);
+  if (l == 0 && h0_recomputed_) {
+    float* H0 = h0_rebuilt();
+    gemm_.forward<T, float>("B7 input_proj rebuilt", x_typed(), d_.mid, w(lay_.input_proj_w),
+                            H0, dm, R, d_.mid, dm);
+    norm_with_pending(PendingAdd{H0, input_proj_bias(H0), -1}, p(off.norm_w), a.post_norm,
+                      reduce_scratch_.get());
+  } else {
+    kern::rmsnorm_fwd<T>(H, p(off.norm_w), R, dm, d_.eps, a.post_norm, reduce_scratch_.get(), s);
+  }
   fc_.check("B7 rmsnorm rebuilt", l, "post_norm", a.post_norm, R * dm);
   // B7 in_proj: dN = dP·W_inᵀ, dW_in += Nᵀ·dP
   gemm_.input_grad<T, T>(layer + "in_proj dX", dP, w(off.in_proj_w), dN, R, dm, 2 * di);
@@ -195,14 +208,17 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
                        2 * di);
   fc_.check("B7 in_proj", l, "d_post_norm", dN, R * dm);
   // B8 RMSNorm backward (typed dy, f32 x) with the residual: dH += dHn (f32)
-  kern::rmsnorm_bwd_residual<T>(dN, hs(l), p(off.norm_w), a.rms, R, dm, dH, g(off.norm_w),
+  kern::rmsnorm_bwd_residual<T>(dN, H, p(off.norm_w), a.rms, R, dm, dH, g(off.norm_w),
                                 reduce_scratch_.get(), s, typed_dH_out());
   fc_.check("B8 rmsnorm", l, "d_hidden", dH, R * dm);
 }
 
 template <class T>
 void Pipeline<T>::backward(bool want_d_input) {
-  if (!have_forward_) throw std::logic_error("Model::backward called before forward");
+  if (!have_forward_)
+    throw std::logic_error(
+        "Model::backward called without a forward of the current input (no forward yet, or "
+        "an input uploaded since the last one): run forward first");
   if (!z_saved_)  // pipeline.hpp, "shared region"
     throw std::logic_error(
         "Model::backward called twice after one forward: the norm_f input the forward saved "

@@ -246,9 +246,10 @@ void Pipeline<T>::forward() {
   // weight gradient
   // H0 = f32(q(X·W_ip + b_ip)): GEMM into the f32 residual, bias in f32, one rounding
   // (the bias and its rounding are added by the first RMSNorm forward: layer 0's F1)
-  gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), hs(0), dm, R, mid,
+  float* H0 = h0_forward();  // hs(0), or dH where the backward forms H0 again
+  gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), H0, dm, R, mid,
                           dm);
-  PendingAdd pend{hs(0), input_proj_bias(hs(0)), -1};
+  PendingAdd pend{H0, input_proj_bias(H0), -1};
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, saved(l), pend, residual_after(l), conv_state(l, conv_state_.get()),
                          ssm_state(l, ssm_state_.get()), dt_acc_in_region());

@@ -64,6 +64,7 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
       route_(scan_route(opt.scan, lay.dims.ds)),
       scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
+      h0_recomputed_(opt.recompute_h0 && h0_fits_y_slot(lay.dims)),
       scan_partial_budget_(opt.scan_partial_budget),
       scan_cpt_(opt.scan_channels_per_thread),
       scan_layout_(opt.scan_layout),
@@ -122,7 +123,8 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
     plan.add(out_, n_of(R * dm), "output");
   }
   // saved activations
-  plan.add(hs_, n_of(L * R * dm), "residual_stream");  // Z lives in the shared region
+  // Z lives in the shared region; H0 in dH through the forward where it is recomputed
+  plan.add(hs_, n_of((h0_recomputed_ ? L - 1 : L) * R * dm), "residual_stream");
   plan.add(rms_, n_of(L * R), "rms");
   plan.add(conv_s0_, n_of(L * B * di * dc), "incoming_conv_state");
   plan.add(scan_saved_, n_of(L) * scan_saved_floats_, "scan_saved_states");
@@ -150,12 +152,17 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
       std::string(typed ? "out_proj_out|d_post_norm|d_hidden_typed|post_norm|norm_f_input|scan_bwd_workspace"
                         : "out_proj_out|d_post_norm|post_norm|norm_f_input|scan_bwd_workspace") +
       (fused_dt_ ? "" : "|dt_proj_acc");
-  plan.add(bwd_region_, std::max(region_floor, scan_ws), region_name);
+  const size_t region_bytes = std::max(region_floor, scan_ws);
+  plan.add(bwd_region_, region_bytes, region_name);
   // backward scratch
   plan.add(dH_, n_of(R * dm), "d_hidden");
+  // B6's partials go to the shared region, which holds nothing from B4's last read of the
+  // dt_proj accumulator to B7 (pipeline.hpp), where they fit (always, at expand >= 1)
+  const size_t conv_scratch = kern::conv1d_silu_bwd_scratch_floats(B, T_len, di, dc);
+  conv_scratch_in_region_ = conv_scratch * sizeof(float) <= region_bytes;
   const size_t reduce = std::max({n_of(R),  // B7's rebuilt post_norm: its rms, unused
                                   kern::rmsnorm_bwd_scratch_floats(R, dm),
-                                  kern::conv1d_silu_bwd_scratch_floats(B, T_len, di, dc),
+                                  conv_scratch_in_region_ ? size_t(1) : conv_scratch,
                                   kern::column_sum_scratch_floats(R, di),
                                   kern::column_sum_scratch_floats(R, dm), size_t(1)});
   plan.add(reduce_scratch_, reduce, "reduce_scratch");
@@ -261,6 +268,9 @@ void Pipeline<T>::upload_input(const float* X) {
     kern::cast_from_f32<T>(staging, n, x_typed_.get(), stream());  // RN, saved for the backward
     MC_CUDA_CHECK(cudaStreamSynchronize(stream()), "upload input");
   }
+  // the backward reads X (input_proj's dW, and H0 where it is recomputed): a new X makes
+  // the last forward's saved activations another input's
+  have_forward_ = false;
 }
 
 template <class T>

@@ -14,7 +14,12 @@
 //   state        conv [L, B, di, dc], ssm [L, B, di, ds] f32 (persistent, carried);
 //                d_conv0 / d_ssm0 of the same shapes when state_grads
 //   saved        hs [L, R, dm] f32 (hs[l] = layer l's input H_l; the norm_f input Z [R, dm]
-//                f32 is kept in the shared region below until the backward's norm_f step),
+//                f32 is kept in the shared region below until the backward's norm_f step;
+//                with RunOptions::recompute_h0, the default, hs holds layers 1..L-1 only:
+//                H0 = q(X·W_ip + b_ip) lives through the forward in dH, which the backward
+//                alone uses, and the backward forms it again before layer 0's B7 in layer
+//                0's y slot, free from B6 on — the same GEMM on the saved typed input and
+//                the same norm kernel as the forward's layer-0 F1, so the same bits),
 //                rms [L, R] f32, conv_s0 [L, B, di, dc] f32 (each layer's incoming conv
 //                state), scan_saved [L, saved] f32 (the scan route's saved states:
 //                checkpoints [B, n_saved, di, ds] — every chunk's state, or with grouped
@@ -53,7 +58,9 @@
 //   bwd scratch  dH [R, dm] f32 (B8 adds the norm gradient in place), dH_typed [R, dm] T,
 //                d_dt_in [R, dr] T, dxdbl [R, xd] T (the checkpointed scan writes dB, dC
 //                into its B and C columns; the cross-check routes write f32 dB, dC [R, ds],
-//                assembled into it); reduction scratch
+//                assembled into it); reduction scratch (the RMSNorm backwards' and column
+//                sums'; B6's conv partials go to the shared region, which holds nothing
+//                from B4's GEMMs to B7)
 //   shared region  [o_dn | dH_typed (typed path) | Z], the scan backward's workspace and
 //                B4's dt_proj accumulator [R, di] f32 share one allocation (bwd_region_,
 //                the largest of the three uses): the
@@ -66,7 +73,9 @@
 //                T (not saved): written by F1 for F2, rebuilt before B7 for in_proj's dW by
 //                the same RMSNorm forward on the saved layer input (the same bits). With
 //                RunOptions::scan_partial_budget = kScanPartialsFitScratch the partials are
-//                budgeted to fit in the activations' part of the region.
+//                budgeted to fit in the activations' part of the region. From B4's softplus
+//                backward (the accumulator's last reader) to B7 the region holds nothing:
+//                B6's conv partials (dw, dbias per (b, chunk, d)) go there.
 //   input        X [R, mid] f32 (f32 path); typed path: x_typed [R, mid] T only, cast by
 //                upload_input from f32 rows staged in dP (or in an X buffer of their own
 //                when R·mid f32 does not fit in dP); d_out [R, dm] f32
@@ -226,7 +235,18 @@ class Pipeline final : public PipelineBase {
   T* typed_dH_out();                       // where an RMSNorm backward writes q(dH) (or null)
   float* conv_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.dc; }
   float* ssm_state(int l, float* base) const { return base + int64_t(l) * B_ * d_.di * d_.ds; }
-  float* hs(int l) const { return hs_.get() + int64_t(l) * R_ * d_.dm; }
+  // layer l's saved input H_l (l >= 1 where H0 is recomputed: h0_recomputed_)
+  float* hs(int l) const {
+    return hs_.get() + int64_t(h0_recomputed_ ? l - 1 : l) * R_ * d_.dm;
+  }
+  // Where the forward forms H0: dH (backward-only) where H0 is recomputed, else hs(0).
+  float* h0_forward() const { return h0_recomputed_ ? dH_.get() : hs(0); }
+  // Layer 0's y slot as f32 [R, dm]: where the backward forms H0 again (free from B6 on).
+  float* h0_rebuilt() const { return reinterpret_cast<float*>(y_.get()); }
+  // H0 is recomputed when asked for and R·dm f32 fits in a layer's y slot [R, di] T.
+  static bool h0_fits_y_slot(const Dims& d) {
+    return size_t(d.dm) * sizeof(float) <= size_t(d.di) * sizeof(T);
+  }
 
   cudaStream_t stream() const { return ctx_->stream(); }
 
@@ -238,6 +258,7 @@ class Pipeline final : public PipelineBase {
   const ScanRoute route_;
   const ScanExp scan_exp_;
   const kern::scan::Shape scan_shape_;
+  const bool h0_recomputed_;     // RunOptions::recompute_h0 where h0_fits_y_slot
   int64_t scan_group_ = 1;       // chunks per saved scan state (RunOptions::scan_checkpoints)
   size_t scan_saved_floats_ = 0;  // per layer
   size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)
@@ -278,6 +299,7 @@ class Pipeline final : public PipelineBase {
   // during B3 (the header's "shared region")
   DeviceBuffer<unsigned char> bwd_region_;
   size_t dH_typed_offset_ = 0, z_offset_ = 0;
+  bool conv_scratch_in_region_ = false;  // B6's partials in the shared region (pipeline.cpp)
   bool z_saved_ = false;  // Z holds the last forward's norm_f input (no B3 has run since)
   T* o_dn() const { return reinterpret_cast<T*>(bwd_region_.get()); }
   T* dH_typed() const { return reinterpret_cast<T*>(bwd_region_.get() + dH_typed_offset_); }

@@ -4,7 +4,11 @@
 // GPU suite holds the plan to what a Model really allocates (test_model_parity.cpp,
 // ModelMemory.DeviceBytesEqualThePlan), so these properties are the step's.
 //   * at every row of the peer table (check/peer_step.hpp), on the default tiers, the
-//     planned peak is at or below the reference implementation's measured peak (issue 9);
+//     planned peak is at or below the reference implementation's peak (issue 9): the
+//     smaller of the issue's figure and the fresh-process measurement;
+//   * layer 0's input recomputed by the backward (RunOptions::recompute_h0) saves exactly
+//     its R·d_model f32 and changes no other buffer; where it does not fit the y slot it
+//     is saved as before;
 //   * the plan's buffers add up to its total, and grouped scan checkpoints change only
 //     the saved states (exactly the states they do not save) and never grow the shared
 //     region that holds the scan workspace with a group's refilled states;
@@ -36,7 +40,7 @@ TEST(MemoryPlan, AtOrBelowThePeersPeakAtEveryRow) {
       gpu::RunOptions o;  // the default tiers: strict f32, bf16 on tensor cores
       o.dtype = dt;
       const gpu::MemoryPlan p = gpu::plan_memory(peer_config(r), check::kPeerStepBatch, r.T, o);
-      const double peer = (dt == DType::F32 ? r.f32_peak_gib : r.bf16_peak_gib) * double(1ull << 30);
+      const double peer = check::peer_peak_bytes(r, dt == DType::F32);
       const std::string row = std::to_string(r.dm) + "/" + std::to_string(r.T) + " x" +
                               std::to_string(r.L) + " " + to_string(dt);
       std::cout << "  " << row << ": planned " << double(p.total_bytes) / 1e6 << " MB, peer "
@@ -45,6 +49,38 @@ TEST(MemoryPlan, AtOrBelowThePeersPeakAtEveryRow) {
       EXPECT_EQ(sum_of_buffers(p), p.total_bytes) << row;
       EXPECT_LE(double(p.total_bytes), peer) << row;
     }
+}
+
+TEST(MemoryPlan, RecomputedH0SavesExactlyItsBytes) {
+  for (const check::PeerStepRow& r : check::kPeerStep)
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      const ModelConfig cfg = peer_config(r);
+      gpu::RunOptions save, recompute;
+      save.dtype = recompute.dtype = dt;
+      save.recompute_h0 = false;
+      const gpu::MemoryPlan ps = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, save);
+      const gpu::MemoryPlan pr = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, recompute);
+      const std::string row = std::to_string(r.dm) + "/" + std::to_string(r.T) + " x" +
+                              std::to_string(r.L) + " " + to_string(dt);
+      const int64_t h0 = check::kPeerStepBatch * r.T * r.dm * int64_t(sizeof(float));
+      EXPECT_EQ(ps.total_bytes - pr.total_bytes, h0) << row;
+      ASSERT_EQ(ps.buffers.size(), pr.buffers.size()) << row;
+      for (size_t i = 0; i < ps.buffers.size(); ++i) {
+        ASSERT_EQ(ps.buffers[i].first, pr.buffers[i].first) << row;
+        const int64_t diff = ps.buffers[i].second - pr.buffers[i].second;
+        EXPECT_EQ(diff, ps.buffers[i].first == "residual_stream" ? h0 : 0)
+            << row << " " << ps.buffers[i].first;
+      }
+    }
+  // expand 1 in bf16: R·d_model f32 is twice a layer's y slot [R, d_inner] bf16, so H0 stays
+  // saved and the option changes nothing
+  ModelConfig narrow = check::step_config(64, 2);
+  narrow.expand = 1;
+  gpu::RunOptions save, recompute;
+  save.dtype = recompute.dtype = DType::BF16;
+  save.recompute_h0 = false;
+  EXPECT_EQ(gpu::plan_memory(narrow, 2, 64, save).total_bytes,
+            gpu::plan_memory(narrow, 2, 64, recompute).total_bytes);
 }
 
 TEST(MemoryPlan, GroupedCheckpointsChangeOnlyTheSavedStates) {

@@ -10,8 +10,9 @@
 // (model_harness.hpp explains why) the worst of it and 8 Monte Carlo
 // arithmetic runs of the oracle. Also: the target forward,
 // state carry across consecutive forward calls, one backward per forward (a second
-// one refused, a new forward reproducing the step bitwise), and refusal of d_state 257 /
-// d_conv 9 with a ConfigError naming the field.
+// one refused, a new forward reproducing the step bitwise; a new input refused until its
+// forward), layer 0's input recomputed in the backward with the bits of it saved, and
+// refusal of d_state 257 / d_conv 9 with a ConfigError naming the field.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -320,6 +321,83 @@ TEST_F(ModelParity, SecondBackwardNeedsItsOwnForward) {
   }
 }
 
+// A new input after the forward makes the forward's saved activations another input's (the
+// backward reads X for input_proj's dW, and forms H0 from it): the backward is refused,
+// naming the cause, until a forward of the new input has run.
+TEST_F(ModelParity, BackwardAfterANewInputNeedsItsForward) {
+  const ModelInputs in = make_inputs(kBackbone, 2, 23, 502);
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(to_string(t));
+    gpu::RunOptions opt;
+    opt.dtype = t;
+    gpu::Model m(in.cfg, in.B, in.T, opt);
+    m.set_params(in.params);
+    std::vector<float> out, grads;
+    m.forward(in.X, out);
+    m.upload_input(in.X);
+    try {
+      m.backward(in.d_out, grads);
+      ADD_FAILURE() << "a backward after a new input without its forward was not refused";
+    } catch (const std::logic_error& e) {
+      const std::string msg = e.what();
+      std::cout << "refused: " << msg << "\n";
+      EXPECT_NE(msg.find("input uploaded since"), std::string::npos) << msg;
+    }
+    m.forward(in.X, out);
+    m.backward(in.d_out, grads);  // works again
+  }
+}
+
+// RunOptions::recompute_h0 (the default): the backward forms layer 0's input H0 again instead
+// of keeping it (gpu/pipeline.hpp, "saved"). The same GEMM on the same typed input and the
+// same norm kernel as the forward: every output and gradient, the input gradient and the
+// initial-state gradients have the same bits as with H0 saved, on every storage type and
+// scan route, with one layer (H0 the norm_f residual's input) and several. The models differ
+// by exactly the R·d_model f32 of H0, so the recomputing one really recomputed.
+TEST_F(ModelParity, RecomputedH0KeepsEveryBit) {
+  struct Case {
+    ModelConfig cfg;
+    int64_t B, T;
+    ScanMode scan;
+  };
+  const Case cases[] = {{kBackbone, 2, 37, ScanMode::Auto},
+                        {make_cfg(16, 16, 4, 2, 1, 12), 3, 40, ScanMode::Auto},
+                        {kBackbone, 2, 37, ScanMode::Parallel}};
+  for (const Case& c : cases)
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      const ModelInputs in = make_inputs(c.cfg, c.B, c.T, 503);
+      const std::string label = describe(c.cfg, c.B, c.T) + " " + to_string(t) + " " +
+                                to_string(c.scan);
+      SCOPED_TRACE(label);
+      std::vector<float> out[2], grads[2], dconv[2], dssm[2], dx[2];
+      int64_t bytes[2] = {0, 0};
+      for (int recompute = 0; recompute < 2; ++recompute) {
+        gpu::RunOptions opt;
+        opt.dtype = t;
+        opt.scan = c.scan;
+        opt.state_grads = true;
+        opt.recompute_h0 = recompute == 1;
+        gpu::Model m(in.cfg, in.B, in.T, opt);
+        bytes[recompute] = m.device_bytes_allocated();
+        m.set_params(in.params);
+        m.set_state(in.conv0, in.ssm0);
+        m.forward(in.X, out[recompute]);
+        m.backward(in.d_out, grads[recompute], &dconv[recompute], &dssm[recompute],
+                   &dx[recompute]);
+      }
+      EXPECT_EQ(bytes[0] - bytes[1], c.B * c.T * c.cfg.d_model * int64_t(sizeof(float)));
+      auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && !a.empty() &&
+               std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(out[0], out[1])) << "output";
+      EXPECT_TRUE(same(grads[0], grads[1])) << "parameter gradients";
+      EXPECT_TRUE(same(dconv[0], dconv[1])) << "d_conv0";
+      EXPECT_TRUE(same(dssm[0], dssm[1])) << "d_ssm0";
+      EXPECT_TRUE(same(dx[0], dx[1])) << "d_input";
+    }
+}
+
 // ---- refusals -------------------------------------------------------------------
 
 // Constructing a Model with a bad config throws ConfigError whose message
@@ -384,6 +462,7 @@ TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
     ScanCheckpoints ck;
     size_t partial_budget;
     bool fused_dt;
+    bool recompute_h0 = true;
   };
   const Variant variants[] = {
       {DType::F32, ScanMode::Auto, ScanCheckpoints::Auto, 0, false},
@@ -393,7 +472,9 @@ TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
       {DType::F32, ScanMode::Auto, ScanCheckpoints::Grouped, 0, false},
       {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, true},
       {DType::F32, ScanMode::Parallel, ScanCheckpoints::Auto, 0, false},
-      {DType::BF16, ScanMode::Sequential, ScanCheckpoints::Auto, 0, false}};
+      {DType::BF16, ScanMode::Sequential, ScanCheckpoints::Auto, 0, false},
+      {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, false, false},
+      {DType::F32, ScanMode::Auto, ScanCheckpoints::Auto, 0, false, false}};
   for (const ModelConfig& cfg : {make_cfg(64, 16, 4, 2, 2, 24), make_cfg(48, 5, 3, 2, 1, 7)})
     for (const Variant& v : variants) {
       gpu::RunOptions o;
@@ -402,6 +483,7 @@ TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
       o.scan_checkpoints = v.ck;
       o.scan_partial_budget = v.partial_budget;
       o.fused_dt_softplus = v.fused_dt;
+      o.recompute_h0 = v.recompute_h0;
       const gpu::MemoryPlan p = gpu::plan_memory(cfg, 3, 300, o);
       gpu::Model m(cfg, 3, 300, o);
       EXPECT_EQ(m.device_bytes_allocated(), p.total_bytes)
