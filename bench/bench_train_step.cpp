@@ -207,7 +207,7 @@ struct StepBench {
   size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
   ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;  // --scan-checkpoints
   ScanExp scan_exp = ScanExp::Auto;                          // --scan-exp
-  bool recompute_h0 = true;                                  // --h0=recompute|save
+  H0Mode h0 = H0Mode::Auto;                                  // --h0=auto|recompute|save
   int n_cases = 0;
   int active = -1;
   std::unique_ptr<StepRun> run;
@@ -232,7 +232,7 @@ gpu::RunOptions run_options(const StepCase& c, const StepBench& g) {
   opt.cublas_workspace_bytes = g.cublas_workspace;
   opt.scan_checkpoints = g.scan_checkpoints;
   opt.scan_exp = g.scan_exp;
-  opt.recompute_h0 = g.recompute_h0;
+  opt.h0 = g.h0;
   return opt;
 }
 
@@ -569,10 +569,11 @@ int main_impl(int argc, char** argv) {
               "                     the checkpointed scan's exp(delta*A): the ex2.approx unit or\n"
               "                     the accurate FMA-pipe version (kernels/scan/exp_math.cuh);\n"
               "                     default auto = accurate for f32, hardware for bf16/f16\n"
-              "  --h0=recompute|save\n"
-              "                     layer 0's input H0: formed again by the backward (default;\n"
-              "                     one input_proj GEMM more, B*T*d_model*4 bytes less) or saved\n"
-              "                     by the forward; the same bits either way\n"
+              "  --h0=auto|recompute|save\n"
+              "                     layer 0's input H0: formed again by the backward (one\n"
+              "                     input_proj GEMM more, B*T*d_model*4 bytes less) or saved by\n"
+              "                     the forward; the same bits either way; default auto =\n"
+              "                     recompute for bf16/f16, save for f32\n"
               "  --plan=GIB         no GPU needed: each row's device memory as the model would\n"
               "                     allocate it (gpu::plan_memory; every buffer with\n"
               "                     MAMBACHECK_MEMORY_PLAN=1) beside the peer's peak, and\n"
@@ -611,7 +612,7 @@ int main_impl(int argc, char** argv) {
       g.flags.get_string("scan-checkpoints", "auto", {"auto", "every", "grouped"}));
   g.scan_exp = parse_scan_exp(
       g.flags.get_string("scan-exp", "auto", {"auto", "hardware", "accurate"}));
-  g.recompute_h0 = g.flags.get_string("h0", "recompute", {"recompute", "save"}) == "recompute";
+  g.h0 = parse_h0_mode(g.flags.get_string("h0", "auto", {"auto", "recompute", "save"}));
   if (g.scan_checkpoints == ScanCheckpoints::Grouped && g.scan_partial_budget != 0)
     throw ConfigError("--scan-partial-budget applies to --scan-checkpoints=every or auto "
                       "(a grouped backward runs one segment per group)");
@@ -685,9 +686,11 @@ int main_impl(int argc, char** argv) {
                    std::string(to_string(g.scan_checkpoints)) +
                        " (auto = grouped for bf16/f16, every chunk's state for f32; "
                        "scan_checkpoint_group per row: chunks per saved state)");
-  AddCustomContext("h0", g.recompute_h0 ? "recompute (the default: the backward forms layer 0's "
-                                          "input again with the forward's GEMM and norm)"
-                                        : "save (--h0=save: the forward keeps layer 0's input)");
+  AddCustomContext("h0", std::string(to_string(g.h0)) +
+                             (g.h0 == H0Mode::Auto
+                                  ? " (recompute for bf16/f16: the backward forms layer 0's input "
+                                    "again with the forward's GEMM and norm; save for f32)"
+                                  : " (forced)"));
   AddCustomContext("scan_exp", std::string(to_string(g.scan_exp)) +
                                     (g.scan_exp == ScanExp::Auto
                                          ? " (accurate for f32, hardware for bf16/f16)"

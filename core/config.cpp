@@ -60,6 +60,27 @@ const char* to_string(ScanLayout l) {
   return "?";
 }
 
+const char* to_string(H0Mode m) {
+  switch (m) {
+    case H0Mode::Auto: return "auto";
+    case H0Mode::Recompute: return "recompute";
+    case H0Mode::Save: return "save";
+  }
+  return "?";
+}
+
+H0Mode parse_h0_mode(const std::string& s) {
+  if (s == "auto") return H0Mode::Auto;
+  if (s == "recompute") return H0Mode::Recompute;
+  if (s == "save") return H0Mode::Save;
+  throw ConfigError("h0 = '" + s + "' is not one of auto|recompute|save");
+}
+
+H0Mode h0_mode(H0Mode m, DType dtype) {
+  if (m != H0Mode::Auto) return m;
+  return dtype == DType::F32 ? H0Mode::Save : H0Mode::Recompute;
+}
+
 ScanLayout parse_scan_layout(const std::string& s) {
   if (s == "auto") return ScanLayout::Auto;
   if (s == "lane-groups" || s == "lanes") return ScanLayout::LaneGroups;

@@ -30,6 +30,10 @@ enum class ScanCheckpoints { Auto, Every, Grouped };
 // The checkpointed scan's thread layout at d_state <= 16 (kernels/scan/scan.hpp, FwdLayout):
 // a channel's states over 4 lanes, or all 16 in one thread; the same bits either way.
 enum class ScanLayout { Auto, LaneGroups, WholeState };
+// Layer 0's input H0 = q(X·W_ip + b_ip) in the training step (gpu/pipeline.hpp, "saved"):
+// formed again by the backward (one input_proj GEMM more, B·T·d_model f32 less) or saved by
+// the forward; the same bits either way. Auto: per storage dtype (h0_mode below).
+enum class H0Mode { Auto, Recompute, Save };
 
 // Storage dtype of the "typed" tensors of the mixed-precision path (which tensors:
 // reference_cpu/model.cpp; docs/math.md#mixed-precision).
@@ -42,6 +46,8 @@ const char* to_string(ScanExp e);
 const char* to_string(DType d);
 const char* to_string(ScanCheckpoints c);
 const char* to_string(ScanLayout l);
+const char* to_string(H0Mode m);
+H0Mode parse_h0_mode(const std::string& s);  // auto|recompute|save; throws ConfigError
 ScanLayout parse_scan_layout(const std::string& s);  // throws ConfigError
 ScanMode parse_scan_mode(const std::string& s);  // throws ConfigError
 ScanCheckpoints parse_scan_checkpoints(const std::string& s);  // throws ConfigError
@@ -113,6 +119,11 @@ ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);
 // every-chunk backward's segments) Auto is Every.
 ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype,
                                  bool partial_budget_set = false);
+// What `m` means for storage `dtype`: Auto is Recompute for 2-byte storage and Save for f32.
+// Why: the typed GEMM runs on the tensor cores (~1-2 % of the bf16 step) and its bytes bring
+// the bf16 step's peak under the reference implementation's at d_model 2048 and with 4 layers;
+// the f32 step is under it without them, and its strict-f32 GEMM would cost ~3 % of the step.
+H0Mode h0_mode(H0Mode m, DType dtype);
 
 // Parameter counts (the tensors of core/param_layout.hpp).
 int64_t params_per_layer(const Dims& d);

@@ -147,15 +147,15 @@ struct RunOptions {
   // GEMM times and bits; for benchmarks that weigh its memory (bench_train_step
   // --cublas-workspace).
   size_t cublas_workspace_bytes = kCublasWorkspaceBytes;
-  // Layer 0's input H0 = q(X·W_ip + b_ip) [R, d_model] f32 (gpu/pipeline.hpp, "saved"):
-  // true (default) keeps it only through the forward, in the backward's d_hidden buffer,
-  // and the backward forms it again before layer 0's B7 from the saved typed input, by
-  // the forward's own GEMM and norm kernel (the same bits: test_step_parity
-  // StepParity.RecomputedH0KeepsEveryBit), in layer 0's scan-output slot, which holds
-  // nothing there. That is R·d_model·4 bytes less for one input_proj GEMM more a
-  // backward. Where R·d_model f32 does not fit in that slot (d_inner·sizeof(storage) <
-  // 4·d_model), H0 is saved whatever this says. false: always saved.
-  bool recompute_h0 = true;
+  // Layer 0's input H0 = q(X·W_ip + b_ip) [R, d_model] f32 (gpu/pipeline.hpp, "saved").
+  // Recompute keeps it only through the forward, in the backward's d_hidden buffer, and
+  // the backward forms it again before layer 0's B7 from the saved typed input, by the
+  // forward's own GEMM and norm kernel (the same bits: ModelParity.RecomputedH0KeepsEveryBit)
+  // in layer 0's scan-output slot, which holds nothing there: R·d_model·4 bytes less for one
+  // input_proj GEMM more a backward. Where R·d_model f32 does not fit in that slot
+  // (d_inner·sizeof(storage) < 4·d_model) H0 is saved whatever this says. Auto: recompute
+  // for bf16/f16, save for f32 (core/config.hpp, h0_mode).
+  H0Mode h0 = H0Mode::Auto;
   int device = default_device();  // 0 unless select_device() chose another
 };
 

@@ -64,7 +64,7 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
       route_(scan_route(opt.scan, lay.dims.ds)),
       scan_exp_(scan_exp(opt.scan_exp, route_, opt.dtype)),
       scan_shape_{B, T_len, lay.dims.di, lay.dims.ds},
-      h0_recomputed_(opt.recompute_h0 && h0_fits_y_slot(lay.dims)),
+      h0_recomputed_(h0_mode(opt.h0, opt.dtype) == H0Mode::Recompute && h0_fits_y_slot(lay.dims)),
       scan_partial_budget_(opt.scan_partial_budget),
       scan_cpt_(opt.scan_channels_per_thread),
       scan_layout_(opt.scan_layout),

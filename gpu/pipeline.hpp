@@ -15,7 +15,7 @@
 //                d_conv0 / d_ssm0 of the same shapes when state_grads
 //   saved        hs [L, R, dm] f32 (hs[l] = layer l's input H_l; the norm_f input Z [R, dm]
 //                f32 is kept in the shared region below until the backward's norm_f step;
-//                with RunOptions::recompute_h0, the default, hs holds layers 1..L-1 only:
+//                with RunOptions::h0 = Recompute (bf16/f16's default), hs holds layers 1..L-1 only:
 //                H0 = q(X·W_ip + b_ip) lives through the forward in dH, which the backward
 //                alone uses, and the backward forms it again before layer 0's B7 in layer
 //                0's y slot, free from B6 on — the same GEMM on the saved typed input and
@@ -258,7 +258,7 @@ class Pipeline final : public PipelineBase {
   const ScanRoute route_;
   const ScanExp scan_exp_;
   const kern::scan::Shape scan_shape_;
-  const bool h0_recomputed_;     // RunOptions::recompute_h0 where h0_fits_y_slot
+  const bool h0_recomputed_;     // RunOptions::h0 resolved to Recompute, where h0_fits_y_slot
   int64_t scan_group_ = 1;       // chunks per saved scan state (RunOptions::scan_checkpoints)
   size_t scan_saved_floats_ = 0;  // per layer
   size_t scan_partial_budget_;  // the budget the workspace was sized with (0 = the scan's default)

@@ -346,6 +346,16 @@ TEST(OracleErrors, RunOptionNamesParseOrNameFieldValueAndChoices) {
   EXPECT_NE(l.find("scan_layout = 'tiles'"), std::string::npos) << l;
   const std::string m = error_of<ConfigError>([] { parse_scan_mode("fft"); });
   EXPECT_NE(m.find("scan_mode = 'fft'"), std::string::npos) << m;
+  for (H0Mode h : {H0Mode::Auto, H0Mode::Recompute, H0Mode::Save})
+    EXPECT_EQ(parse_h0_mode(to_string(h)), h);
+  const std::string h = error_of<ConfigError>([] { parse_h0_mode("keep"); });
+  EXPECT_NE(h.find("h0 = 'keep' is not one of auto|recompute|save"), std::string::npos) << h;
+  // Auto: recomputed on the typed path, saved in f32; a forced mode holds for every dtype
+  EXPECT_EQ(h0_mode(H0Mode::Auto, DType::F32), H0Mode::Save);
+  EXPECT_EQ(h0_mode(H0Mode::Auto, DType::BF16), H0Mode::Recompute);
+  EXPECT_EQ(h0_mode(H0Mode::Auto, DType::F16), H0Mode::Recompute);
+  EXPECT_EQ(h0_mode(H0Mode::Recompute, DType::F32), H0Mode::Recompute);
+  EXPECT_EQ(h0_mode(H0Mode::Save, DType::BF16), H0Mode::Save);
 }
 
 TEST(OracleErrors, BadArgumentsAreRefused) {

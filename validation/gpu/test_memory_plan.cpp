@@ -6,7 +6,7 @@
 //   * at every row of the peer table (check/peer_step.hpp), on the default tiers, the
 //     planned peak is at or below the reference implementation's peak (issue 9): the
 //     smaller of the issue's figure and the fresh-process measurement;
-//   * layer 0's input recomputed by the backward (RunOptions::recompute_h0) saves exactly
+//   * layer 0's input recomputed by the backward (RunOptions::h0) saves exactly
 //     its R·d_model f32 and changes no other buffer; where it does not fit the y slot it
 //     is saved as before;
 //   * the plan's buffers add up to its total, and grouped scan checkpoints change only
@@ -57,7 +57,8 @@ TEST(MemoryPlan, RecomputedH0SavesExactlyItsBytes) {
       const ModelConfig cfg = peer_config(r);
       gpu::RunOptions save, recompute;
       save.dtype = recompute.dtype = dt;
-      save.recompute_h0 = false;
+      save.h0 = H0Mode::Save;
+      recompute.h0 = H0Mode::Recompute;
       const gpu::MemoryPlan ps = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, save);
       const gpu::MemoryPlan pr = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, recompute);
       const std::string row = std::to_string(r.dm) + "/" + std::to_string(r.T) + " x" +
@@ -78,7 +79,8 @@ TEST(MemoryPlan, RecomputedH0SavesExactlyItsBytes) {
   narrow.expand = 1;
   gpu::RunOptions save, recompute;
   save.dtype = recompute.dtype = DType::BF16;
-  save.recompute_h0 = false;
+  save.h0 = H0Mode::Save;
+  recompute.h0 = H0Mode::Recompute;
   EXPECT_EQ(gpu::plan_memory(narrow, 2, 64, save).total_bytes,
             gpu::plan_memory(narrow, 2, 64, recompute).total_bytes);
 }

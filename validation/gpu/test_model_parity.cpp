@@ -348,7 +348,7 @@ TEST_F(ModelParity, BackwardAfterANewInputNeedsItsForward) {
   }
 }
 
-// RunOptions::recompute_h0 (the default): the backward forms layer 0's input H0 again instead
+// RunOptions::h0 = Recompute (bf16/f16's default): the backward forms layer 0's input H0 again instead
 // of keeping it (gpu/pipeline.hpp, "saved"). The same GEMM on the same typed input and the
 // same norm kernel as the forward: every output and gradient, the input gradient and the
 // initial-state gradients have the same bits as with H0 saved, on every storage type and
@@ -376,7 +376,7 @@ TEST_F(ModelParity, RecomputedH0KeepsEveryBit) {
         opt.dtype = t;
         opt.scan = c.scan;
         opt.state_grads = true;
-        opt.recompute_h0 = recompute == 1;
+        opt.h0 = recompute == 1 ? H0Mode::Recompute : H0Mode::Save;
         gpu::Model m(in.cfg, in.B, in.T, opt);
         bytes[recompute] = m.device_bytes_allocated();
         m.set_params(in.params);
@@ -462,7 +462,7 @@ TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
     ScanCheckpoints ck;
     size_t partial_budget;
     bool fused_dt;
-    bool recompute_h0 = true;
+    H0Mode h0 = H0Mode::Auto;
   };
   const Variant variants[] = {
       {DType::F32, ScanMode::Auto, ScanCheckpoints::Auto, 0, false},
@@ -473,8 +473,8 @@ TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
       {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, true},
       {DType::F32, ScanMode::Parallel, ScanCheckpoints::Auto, 0, false},
       {DType::BF16, ScanMode::Sequential, ScanCheckpoints::Auto, 0, false},
-      {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, false, false},
-      {DType::F32, ScanMode::Auto, ScanCheckpoints::Auto, 0, false, false}};
+      {DType::BF16, ScanMode::Auto, ScanCheckpoints::Auto, 0, false, H0Mode::Save},
+      {DType::F32, ScanMode::Auto, ScanCheckpoints::Auto, 0, false, H0Mode::Recompute}};
   for (const ModelConfig& cfg : {make_cfg(64, 16, 4, 2, 2, 24), make_cfg(48, 5, 3, 2, 1, 7)})
     for (const Variant& v : variants) {
       gpu::RunOptions o;
@@ -483,7 +483,7 @@ TEST_F(ModelParity, ModelMemoryDeviceBytesEqualThePlan) {
       o.scan_checkpoints = v.ck;
       o.scan_partial_budget = v.partial_budget;
       o.fused_dt_softplus = v.fused_dt;
-      o.recompute_h0 = v.recompute_h0;
+      o.h0 = v.h0;
       const gpu::MemoryPlan p = gpu::plan_memory(cfg, 3, 300, o);
       gpu::Model m(cfg, 3, 300, o);
       EXPECT_EQ(m.device_bytes_allocated(), p.total_bytes)
