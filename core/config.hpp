@@ -120,9 +120,10 @@ ScanExp scan_exp(ScanExp e, ScanRoute r, DType dtype);
 ScanCheckpoints scan_checkpoints(ScanCheckpoints c, ScanRoute r, DType dtype,
                                  bool partial_budget_set = false);
 // What `m` means for storage `dtype`: Auto is Recompute for 2-byte storage and Save for f32.
-// Why: the typed GEMM runs on the tensor cores (~1-2 % of the bf16 step) and its bytes bring
-// the bf16 step's peak under the reference implementation's at d_model 2048 and with 4 layers;
-// the f32 step is under it without them, and its strict-f32 GEMM would cost ~3 % of the step.
+// Why: the typed GEMM runs on the tensor cores (+1.4 % of the bf16 step at d_model 768, +2.7 %
+// at 2048, measured on an H100: docs/performance-notes.md) and its bytes bring the bf16 step's
+// peak under the reference implementation's at d_model 2048 and with 4 layers; the f32 step is
+// under it without them, and its strict-f32 GEMM would cost more (~3 % predicted, not run).
 H0Mode h0_mode(H0Mode m, DType dtype);
 
 // Parameter counts (the tensors of core/param_layout.hpp).
