@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -285,6 +287,31 @@ TEST_F(ModelParity, StateCarryShortSegment) {
 
 // ---- one backward per forward ---------------------------------------------------
 
+// A Model of `in`'s shape on storage t (default options otherwise), holding in's parameters.
+std::unique_ptr<gpu::Model> model_with_params(const ModelInputs& in, DType t) {
+  gpu::RunOptions opt;
+  opt.dtype = t;
+  auto m = std::make_unique<gpu::Model>(in.cfg, in.B, in.T, opt);
+  m->set_params(in.params);
+  return m;
+}
+
+// m.backward(d_out) must throw a logic_error whose message holds every phrase; `what` names
+// the call in the failure message when it does not.
+void expect_backward_refused(gpu::Model& m, const std::vector<float>& d_out,
+                             const std::string& what,
+                             std::initializer_list<const char*> phrases) {
+  std::vector<float> grads;
+  try {
+    m.backward(d_out, grads);
+    ADD_FAILURE() << what << " was not refused";
+  } catch (const std::logic_error& e) {
+    const std::string msg = e.what();
+    std::cout << "refused: " << msg << "\n";
+    for (const char* p : phrases) EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  }
+}
+
 // The saved norm_f input shares memory with the scan backward's workspace
 // (gpu/pipeline.hpp, "shared region"), so a second backward after one forward is refused
 // with a logic_error naming the cause, and a new forward makes the next backward work:
@@ -294,23 +321,14 @@ TEST_F(ModelParity, SecondBackwardNeedsItsOwnForward) {
   const ModelInputs in = make_inputs(kBackbone, 2, 23, 501);
   for (DType t : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(to_string(t));
-    gpu::RunOptions opt;
-    opt.dtype = t;
-    gpu::Model m(in.cfg, in.B, in.T, opt);
-    m.set_params(in.params);
-    std::vector<float> out1, grads1, out2, grads2, again;
+    const std::unique_ptr<gpu::Model> model = model_with_params(in, t);
+    gpu::Model& m = *model;
+    std::vector<float> out1, grads1, out2, grads2;
     m.set_state(in.conv0, in.ssm0);
     m.forward(in.X, out1);
     m.backward(in.d_out, grads1);
-    try {
-      m.backward(in.d_out, again);
-      ADD_FAILURE() << "a second backward after one forward was not refused";
-    } catch (const std::logic_error& e) {
-      const std::string msg = e.what();
-      std::cout << "refused: " << msg << "\n";
-      EXPECT_NE(msg.find("twice"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("forward again"), std::string::npos) << msg;
-    }
+    expect_backward_refused(m, in.d_out, "a second backward after one forward",
+                            {"twice", "forward again"});
     m.set_state(in.conv0, in.ssm0);
     m.forward(in.X, out2);
     m.backward(in.d_out, grads2);
@@ -328,21 +346,13 @@ TEST_F(ModelParity, BackwardAfterANewInputNeedsItsForward) {
   const ModelInputs in = make_inputs(kBackbone, 2, 23, 502);
   for (DType t : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(to_string(t));
-    gpu::RunOptions opt;
-    opt.dtype = t;
-    gpu::Model m(in.cfg, in.B, in.T, opt);
-    m.set_params(in.params);
+    const std::unique_ptr<gpu::Model> model = model_with_params(in, t);
+    gpu::Model& m = *model;
     std::vector<float> out, grads;
     m.forward(in.X, out);
     m.upload_input(in.X);
-    try {
-      m.backward(in.d_out, grads);
-      ADD_FAILURE() << "a backward after a new input without its forward was not refused";
-    } catch (const std::logic_error& e) {
-      const std::string msg = e.what();
-      std::cout << "refused: " << msg << "\n";
-      EXPECT_NE(msg.find("input uploaded since"), std::string::npos) << msg;
-    }
+    expect_backward_refused(m, in.d_out, "a backward after a new input without its forward",
+                            {"input uploaded since"});
     m.forward(in.X, out);
     m.backward(in.d_out, grads);  // works again
   }
