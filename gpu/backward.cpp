@@ -191,13 +191,11 @@ void Pipeline<T>::layer_backward(int l, float* dH) {
   // input_proj's GEMM on the saved typed input into the y slot (free since B6), then the
   // very norm call of the forward's layer-0 F1, bias and rounding pending: the same H0
   // and N bits.
-  const float* H = l == 0 && h0_recomputed_ ? h0_rebuilt() : hs(l);
-  if (l == 0 && h0_recomputed_) {
-    float* H0 = h0_rebuilt();
-    gemm_.forward<T, float>("B7 input_proj rebuilt", x_typed(), d_.mid, w(lay_.input_proj_w),
-                            H0, dm, R, d_.mid, dm);
-    norm_with_pending(PendingAdd{H0, input_proj_bias(H0), -1}, p(off.norm_w), a.post_norm,
-                      reduce_scratch_.get());
+  const bool rebuild_h0 = l == 0 && h0_recomputed_;
+  const float* H = rebuild_h0 ? h0_rebuilt() : hs(l);
+  if (rebuild_h0) {
+    norm_with_pending(input_proj("B7 input_proj rebuilt", x_typed(), h0_rebuilt()), p(off.norm_w),
+                      a.post_norm, reduce_scratch_.get());
   } else {
     kern::rmsnorm_fwd<T>(H, p(off.norm_w), R, dm, d_.eps, a.post_norm, reduce_scratch_.get(), s);
   }

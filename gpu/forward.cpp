@@ -142,13 +142,17 @@ void Pipeline<T>::norm_with_pending(const PendingAdd& in, const float* g, T* y, 
   if (in.add.residual) fc_.check("F6 residual", in.layer, "residual_out", in.add.x_out, R * dm);
 }
 
-// input_proj's bias and its rounding, pending on the GEMM result H0 (in place).
+// input_proj: the GEMM x·W_ip [R, mid] -> H0 [R, dm] f32, with its bias and rounding left
+// pending on it (in place) for the next norm, layer 0's F1. The forward, the target forward
+// and the backward's rebuild of H0 all form it here, so the rebuild is the forward's call.
 template <class T>
-kern::RmsNormPreAdd<T> Pipeline<T>::input_proj_bias(float* H0) {
+typename Pipeline<T>::PendingAdd Pipeline<T>::input_proj(const std::string& what, const T* x,
+                                                         float* H0) {
+  gemm_.forward<T, float>(what, x, d_.mid, w(lay_.input_proj_w), H0, d_.dm, R_, d_.mid, d_.dm);
   kern::RmsNormPreAdd<T> add;
   add.bias = p(lay_.input_proj_b);
   add.x_out = H0;
-  return add;
+  return PendingAdd{H0, add, -1};
 }
 
 // One layer, F1–F5 and F6 pending. The layer's input H = in.add.x_out [R, dm] f32
@@ -240,16 +244,14 @@ typename Pipeline<T>::PendingAdd Pipeline<T>::layer_forward(int l, const LayerAc
 template <class T>
 void Pipeline<T>::forward() {
   if (!have_params_) throw std::logic_error("Model::forward called before set_params");
-  const int64_t R = R_, dm = d_.dm, mid = d_.mid;
+  const int64_t R = R_, dm = d_.dm;
   check_external_inputs_forward();
   // input: the typed copy of X, cast at upload (upload_input), saved for the input_proj
   // weight gradient
   // H0 = f32(q(X·W_ip + b_ip)): GEMM into the f32 residual, bias in f32, one rounding
   // (the bias and its rounding are added by the first RMSNorm forward: layer 0's F1)
-  float* H0 = h0_forward();  // hs(0), or dH where the backward forms H0 again
-  gemm_.forward<T, float>("input_proj", x_typed(), mid, w(lay_.input_proj_w), H0, dm, R, mid,
-                          dm);
-  PendingAdd pend{H0, input_proj_bias(H0), -1};
+  // (in hs(0), or in dH where the backward forms H0 again)
+  PendingAdd pend = input_proj("input_proj", x_typed(), h0_forward());
   for (int l = 0; l < int(d_.L); ++l)
     pend = layer_forward(l, saved(l), pend, residual_after(l), conv_state(l, conv_state_.get()),
                          ssm_state(l, ssm_state_.get()), dt_acc_in_region());
@@ -283,9 +285,7 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
     kern::cast_from_f32<T>(t.x.get(), R * mid, t.x_typed.get(), s);
     xt = t.x_typed.get();
   }
-  gemm_.forward<T, float>("target input_proj", xt, mid, w(lay_.input_proj_w), t.cur.get(), dm, R,
-                          mid, dm);
-  PendingAdd pend{t.cur.get(), input_proj_bias(t.cur.get()), -1};
+  PendingAdd pend = input_proj("target input_proj", xt, t.cur.get());
   // nosave layers: no saved conv state or scan states; one layer's buffers reused
   const LayerActs<T> acts{t.rms.get(), t.post_norm.get(), t.proj.get(), nullptr,
                           t.xdbl.get(), nullptr,          t.y.get()};
@@ -311,7 +311,8 @@ void Pipeline<T>::target_forward(const float* X, float* target) {
   template void Pipeline<T>::check_u(const char*, int, float*);                       \
   template void Pipeline<T>::norm_with_pending(const PendingAdd&, const float*, T*,    \
                                                float*);                                \
-  template kern::RmsNormPreAdd<T> Pipeline<T>::input_proj_bias(float*);                \
+  template typename Pipeline<T>::PendingAdd Pipeline<T>::input_proj(const std::string&, \
+                                                                    const T*, float*);   \
   template void Pipeline<T>::forward();                                                \
   template void Pipeline<T>::target_forward(const float*, float*);
 MC_INSTANTIATE_FORWARD(float)

@@ -90,6 +90,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "gpu/device_buffer.hpp"
@@ -205,7 +206,7 @@ class Pipeline final : public PipelineBase {
     kern::RmsNormPreAdd<T> add;
     int layer;
   };
-  kern::RmsNormPreAdd<T> input_proj_bias(float* H0);
+  PendingAdd input_proj(const std::string& what, const T* x, float* H0);  // GEMM, bias pending
   void norm_with_pending(const PendingAdd& in, const float* g, T* y, float* rms);
   PendingAdd layer_forward(int l, const LayerActs<T>& a, const PendingAdd& in, float* H_next,
                            float* conv_state, float* ssm_state, float* dt_acc);
