@@ -32,7 +32,8 @@
 # test_nonfinite's bf16 cases gave 100 such reports (rmsnorm_fwd_regs_kernel reading
 # input_proj's f32 output) before a 558 s limit. So initcheck runs with
 # MAMBACHECK_TYPED_GEMM=strict (SANITIZE_INITCHECK_TIER overrides): the suites that take
-# their tier from it (test_nonfinite, the precision suites) run their bf16/f16 GEMMs on
+# their tier from it (test_nonfinite, the precision suites, and test_model_parity's
+# H0-rebuild and one-backward-per-forward tests) run their bf16/f16 GEMMs on
 # PEDANTIC, and initcheck judges our kernels' reads of every buffer, GEMM outputs
 # included. Our kernels are the same on both tiers; memcheck and racecheck run the
 # default tier.
@@ -63,7 +64,7 @@ echo "sanitize.sh: using $SAN ($("$SAN" --version 2>/dev/null | grep -m1 -i vers
 # without a default gets its whole suite minus anything named *Large*/*Long*/
 # *Huge*/*Sweep*.
 declare -A DEFAULT_FILTER=(
-  [test_model_parity]="ModelParity.OneLayer*:ModelParity.StateCarry*:ModelParity.TargetForwardSequential:ModelParity.TargetForwardParallel:ModelRefusals.*"
+  [test_model_parity]="ModelParity.OneLayer*:ModelParity.StateCarry*:ModelParity.TargetForwardSequential:ModelParity.TargetForwardParallel:ModelParity.RecomputedH0KeepsEveryBit:ModelParity.SecondBackwardNeedsItsOwnForward:ModelParity.BackwardAfterANewInputNeedsItsForward:ModelRefusals.*"
   [test_shape_properties]="ShapeProperties.*"
   [test_scan_parity]="*ScanParity.MatchesOracle/*_T1_*:*ScanParity.MatchesOracle/*_T257_*:*ScanParity.MatchesOracle/f32_T1025_ds65_*:ScanRefusal.*:ScanContract.*"
   [test_step_parity]="StepParity/*:StepRefusals.*"

@@ -287,10 +287,13 @@ TEST_F(ModelParity, StateCarryShortSegment) {
 
 // ---- one backward per forward ---------------------------------------------------
 
-// A Model of `in`'s shape on storage t (default options otherwise), holding in's parameters.
+// A Model of `in`'s shape on storage t (default options otherwise, the bf16/f16 GEMM tier
+// from MAMBACHECK_TYPED_GEMM: scripts/sanitize.sh runs initcheck on the strict tier), holding
+// in's parameters.
 std::unique_ptr<gpu::Model> model_with_params(const ModelInputs& in, DType t) {
   gpu::RunOptions opt;
   opt.dtype = t;
+  opt.typed_gemm = typed_gemm_from_env();
   auto m = std::make_unique<gpu::Model>(in.cfg, in.B, in.T, opt);
   m->set_params(in.params);
   return m;
@@ -387,6 +390,7 @@ TEST_F(ModelParity, RecomputedH0KeepsEveryBit) {
         opt.scan = c.scan;
         opt.state_grads = true;
         opt.h0 = recompute == 1 ? H0Mode::Recompute : H0Mode::Save;
+        opt.typed_gemm = typed_gemm_from_env();  // as model_with_params
         gpu::Model m(in.cfg, in.B, in.T, opt);
         bytes[recompute] = m.device_bytes_allocated();
         m.set_params(in.params);

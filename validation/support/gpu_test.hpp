@@ -20,7 +20,8 @@ namespace mc::testing {
 
 // The bf16/f16 GEMM tier of this process's GPU runs where a suite takes it from the
 // environment: MAMBACHECK_TYPED_GEMM = tensor-core (the default) | strict. The precision
-// suites read it (precision_harness.hpp), and test_nonfinite, so that
+// suites read it (precision_harness.hpp), test_nonfinite, and test_model_parity's models
+// built with default options (its H0-rebuild and one-backward-per-forward tests), so that
 // scripts/sanitize.sh can run initcheck on the strict tier (its comment says why). A bad
 // value is a ConfigError naming it.
 inline gpu::TypedGemm typed_gemm_from_env() {
