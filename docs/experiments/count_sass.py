@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""count_sass.py — SASS instructions a step of docs/experiments/minimal_bwd_walk.cu (CPU only).
+
+Compiles the walk for sm_90 with nvcc at K = 8 and K = 16 steps a chunk (fully unrolled), and
+counts its instructions with cuobjdump. The count for K = 16 minus the count for K = 8 is exactly
+8 steps of the walk. For MC_DSUM = 1 (the dB/dC d-sums from a shared-memory tile after the
+chunk), the sums' code is the K = 16 count of MC_DSUM 1 minus that of MC_DSUM 2. At K = 16 each
+of the 128 threads runs it once a chunk, so it adds 1/16 of itself to each step.
+
+usage: docs/experiments/count_sass.py [--nvcc PATH]
+Static counts of straight-line code: every counted instruction is issued once a step by every
+thread, except that branches over padding, which this walk does not have, would count too.
+"""
+import argparse, collections, os, re, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "minimal_bwd_walk.cu")
+
+
+def compile_count(nvcc, k, dsum, tmp):
+    cubin = os.path.join(tmp, f"w_{dsum}_{k}.cubin")
+    r = subprocess.run([nvcc, "-arch=sm_90", "-O3", "-cubin", f"-DK={k}", f"-DMC_DSUM={dsum}",
+                        "-Xptxas", "-v", "-o", cubin, SRC], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"count_sass: nvcc failed (K={k}, MC_DSUM={dsum}):\n{r.stderr}")
+    regs = re.search(r"Used (\d+) registers", r.stderr)
+    stack = re.search(r"(\d+) bytes stack frame", r.stderr)
+    sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    ops = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        if m and m.group(2) != "NOP":
+            ops[m.group(2).split(".")[0]] += 1
+    return ops, int(regs.group(1)) if regs else -1, int(stack.group(1)) if stack else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nvcc", default="nvcc")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = {(k, d): compile_count(a.nvcc, k, d, tmp) for d in (0, 1, 2) for k in (8, 16)}
+    for d, name in ((0, "warp reduce-scatter (today's layout)"), (1, "shared-memory tile, summed after the chunk")):
+        o8, r8, s8 = res[(8, d)]
+        o16, r16, s16 = res[(16, d)]
+        step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
+        extra = collections.Counter()
+        if d == 1:
+            o2 = res[(16, 2)][0]
+            extra = collections.Counter({op: (o16[op] - o2[op]) / 16 for op in set(o16) | set(o2)})
+        total = sum(step.values()) + sum(extra.values())
+        print(f"MC_DSUM={d} ({name}): registers {r8} (K 8) / {r16} (K 16), stack {s8} / {s16} bytes")
+        print(f"  walk: {sum(step.values()):.1f} instructions a step and thread; "
+              + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
+        if d == 1:
+            print(f"  d-sums after the chunk: {sum(extra.values()):.1f} a step; "
+                  + ", ".join(f"{op} {n:g}" for op, n in extra.most_common() if abs(n) >= 0.25))
+        print(f"  in all {total:.1f} a step = {total / 4:.1f} an element (4 states a thread)")
+
+
+if __name__ == "__main__":
+    main()
