@@ -90,6 +90,8 @@ __global__ void __launch_bounds__(NT, 3) minimal_bwd_walk(const float* __restric
       *reinterpret_cast<float4*>(hp) = *reinterpret_cast<const float4*>(&sm.hs[k][threadIdx.x * S]);
       float S1 = 0.f, S2 = 0.f, v[2 * S];
       const float w = dl * uv;
+      // the per-state arithmetic of ckpt_bwd_kernel's walk (ckpt_kernels.cuh), copied on
+      // purpose: this file exists to count it alone
 #pragma unroll
       for (int s = 0; s < S; ++s) {
         const float dA = ex2(dl * a[s]);
