@@ -287,14 +287,18 @@ TEST_F(ModelParity, StateCarryShortSegment) {
 
 // ---- one backward per forward ---------------------------------------------------
 
-// A Model of `in`'s shape on storage t (default options otherwise, the bf16/f16 GEMM tier
-// from MAMBACHECK_TYPED_GEMM: scripts/sanitize.sh runs initcheck on the strict tier), holding
-// in's parameters.
-std::unique_ptr<gpu::Model> model_with_params(const ModelInputs& in, DType t) {
+// Default options on storage t, with the bf16/f16 GEMM tier from MAMBACHECK_TYPED_GEMM
+// (scripts/sanitize.sh runs initcheck on the strict tier).
+gpu::RunOptions options_on(DType t) {
   gpu::RunOptions opt;
   opt.dtype = t;
   opt.typed_gemm = typed_gemm_from_env();
-  auto m = std::make_unique<gpu::Model>(in.cfg, in.B, in.T, opt);
+  return opt;
+}
+
+// A Model of `in`'s shape on options_on(t), holding in's parameters.
+std::unique_ptr<gpu::Model> model_with_params(const ModelInputs& in, DType t) {
+  auto m = std::make_unique<gpu::Model>(in.cfg, in.B, in.T, options_on(t));
   m->set_params(in.params);
   return m;
 }
@@ -385,12 +389,10 @@ TEST_F(ModelParity, RecomputedH0KeepsEveryBit) {
       std::vector<float> out[2], grads[2], dconv[2], dssm[2], dx[2];
       int64_t bytes[2] = {0, 0};
       for (int recompute = 0; recompute < 2; ++recompute) {
-        gpu::RunOptions opt;
-        opt.dtype = t;
+        gpu::RunOptions opt = options_on(t);
         opt.scan = c.scan;
         opt.state_grads = true;
         opt.h0 = recompute == 1 ? H0Mode::Recompute : H0Mode::Save;
-        opt.typed_gemm = typed_gemm_from_env();  // as model_with_params
         gpu::Model m(in.cfg, in.B, in.T, opt);
         bytes[recompute] = m.device_bytes_allocated();
         m.set_params(in.params);
