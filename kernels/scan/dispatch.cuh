@@ -292,7 +292,8 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
 }
 
 // The per-state passes (compiled for chunks of 16 and 8 steps and both exponentials): the
-// refill (one thread per (b, d, 4 states)) and the carry pass (16 lanes per (b, d)).
+// refill and the carry pass (one thread per (b, d, 4 states)), the state pass (16 lanes per
+// (b, d)).
 struct RefillPass {
   static constexpr const char* kName = "ckpt_refill_kernel";
   static constexpr int kThreads = kRefillThreads;
@@ -302,15 +303,10 @@ struct RefillPass {
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
 };
-// The 16-lane passes of the pieces (piece_kernels.cuh): the same grid.
+// The 16-lane pass of the forward's pieces (piece_kernels.cuh).
 struct CarryLanesGrid {
   static constexpr int kThreads = kCarryThreads;
   static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
-};
-struct PieceCarryPass : CarryLanesGrid {
-  static constexpr const char* kName = "ckpt_piece_carry_kernel";
-  template <class T, scan::ExpMath E, int K>
-  static auto kernel() { return &ckpt_piece_carry_kernel<T, E, K>; }
 };
 struct PieceStatePass : CarryLanesGrid {
   static constexpr const char* kName = "ckpt_piece_state_kernel";
@@ -369,10 +365,34 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = a.piece_chunks;
   r.carry = const_cast<float*>(a.piece_carry);
-  if (s.ds > kCarryLanes)
-    throw std::logic_error("ckpt_piece_carry_kernel: d_state " + std::to_string(s.ds) +
-                           " above the pass's " + std::to_string(kCarryLanes) + " lanes");
-  launch_state_pass<PieceCarryPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
+  // 4 C values a load: the row start and stride keep every 4-element group aligned
+  r.vec_c = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Cm) % (4 * sizeof(T)) == 0 &&
+            a.ld_C % 4 == 0;
+  r.vec_state = s.ds % 4 == 0;
+  // one thread per (b, d, 4 states), the refill's grid; one kernel per variant of the walk
+  // (piece_kernels.cuh), compiled for the pieces' plan only: chunks of 16 steps
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
+  const std::string name =
+      std::string("ckpt_piece_carry_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
+  if (pl.K != 16)
+    throw std::logic_error(name + ": compiled for chunks of 16 steps, not " +
+                           std::to_string(pl.K));
+  constexpr scan::ExpMath H = scan::ExpMath::Hardware, A = scan::ExpMath::Accurate;
+  using Kernel = void (*)(CkptPieceCarryArgs<T>);
+  const bool hw = e == H, bias = r.delta_bias != nullptr, vc = r.vec_c;
+  const Kernel variants[2][2][2] = {
+      {{&ckpt_piece_carry_kernel<T, A, 16, false, false>,
+        &ckpt_piece_carry_kernel<T, A, 16, false, true>},
+       {&ckpt_piece_carry_kernel<T, A, 16, true, false>,
+        &ckpt_piece_carry_kernel<T, A, 16, true, true>}},
+      {{&ckpt_piece_carry_kernel<T, H, 16, false, false>,
+        &ckpt_piece_carry_kernel<T, H, 16, false, true>},
+       {&ckpt_piece_carry_kernel<T, H, 16, true, false>,
+        &ckpt_piece_carry_kernel<T, H, 16, true, true>}}};
+  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
+      block{unsigned(kRefillThreads)};
+  launch(variants[hw][bias][vc], grid, block, 0, st, r);
+  MC_LAUNCH_CHECK(name.c_str());
 }
 
 // The state pass of the forward's pieces (piece_kernels.cuh): the state before every piece
