@@ -291,9 +291,9 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   return a;
 }
 
-// The per-state passes (compiled for chunks of 16 and 8 steps and both exponentials): the
-// refill and the carry pass (one thread per (b, d, 4 states)), the state pass (16 lanes per
-// (b, d)).
+// The per-state passes, one thread per (b, d, 4 states) (compiled for chunks of 16 and 8
+// steps and both exponentials): the refill and the state pass of the forward's pieces. The
+// backward's carry pass has a launcher of its own (launch_piece_carry).
 struct RefillPass {
   static constexpr const char* kName = "ckpt_refill_kernel";
   static constexpr int kThreads = kRefillThreads;
@@ -303,13 +303,13 @@ struct RefillPass {
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
 };
-// The 16-lane pass of the forward's pieces (piece_kernels.cuh).
-struct CarryLanesGrid {
-  static constexpr int kThreads = kCarryThreads;
-  static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
-};
-struct PieceStatePass : CarryLanesGrid {
+// The state pass of the forward's pieces (piece_kernels.cuh): the refill's grid.
+struct PieceStatePass {
   static constexpr const char* kName = "ckpt_piece_state_kernel";
+  static constexpr int kThreads = kRefillThreads;
+  static int64_t blocks_per_sample(const scan::Shape& s) {
+    return refill_blocks_per_sample(s.di, s.ds);
+  }
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_state_kernel<T, E, K>; }
 };
@@ -401,9 +401,8 @@ template <class T>
 void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
                         const CkptFwdArgs<T>& a, const FwdPieces& fp, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  if (s.ds > kCarryLanes || !a.ckpt || a.n_saved != pl.n_ckpt)
-    throw std::logic_error("ckpt_piece_state_kernel: needs d_state <= 16 and every chunk's "
-                           "checkpoint");
+  if (!a.ckpt || a.n_saved != pl.n_ckpt)
+    throw std::logic_error("ckpt_piece_state_kernel: needs every chunk's checkpoint");
   CkptPieceStateArgs<T> r;
   static_cast<StatePassHead<T>&>(r) = state_pass_head<T>(s, a);
   r.u = a.u;
@@ -415,6 +414,10 @@ void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = fp.piece_chunks;
   r.ckpt = a.ckpt;
+  // 4 B values a load: the row start and stride keep every 4-element group aligned
+  r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
+            a.ld_B % 4 == 0;
+  r.vec_state = s.ds % 4 == 0;
   launch_state_pass<PieceStatePass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 

@@ -16,25 +16,17 @@
 // the refill does (refill_kernels.cuh: a ring of register batches in the storage type).
 //
 // The forward's state pass: the state before each piece, from h0 by the forward's
-// recurrence. 16 lanes per (b, d), one state each (d_state <= 16): each lane of the 16
-// computes the per-step transform (softplus) of one step of the chunk and the walk takes it
-// by shuffle; each lane loads its own column of B. The next chunk's inputs are loaded while
-// the current one is walked. Only one FMA a step is on the h chain.
+// recurrence. It is the refill's walk (refill_kernels.cuh), run from h0 over the chunks
+// before the last piece, writing only at the pieces' edges.
+//
+// Both passes replaced 16-lane versions (one state a lane, each step's transform passed by
+// shuffle), which issued 17.2 (carry) and 14.6 (state) instructions an element against the
+// ~4 of their arithmetic (docs/performance-notes.md, "fifteenth session").
 #pragma once
 
 #include "kernels/scan/refill_kernels.cuh"
 
 namespace mc::kern::scan_detail {
-
-// The state pass: lanes per (b, d), one state each, and one step of a chunk each for the
-// transform.
-constexpr int kCarryLanes = 16;
-constexpr int kCarryThreads = 128;
-
-// Blocks per sample: di · kCarryLanes threads in blocks of kCarryThreads.
-__host__ __device__ inline int64_t carry_blocks_per_sample(int64_t di) {
-  return (di * kCarryLanes + kCarryThreads - 1) / kCarryThreads;
-}
 
 template <class V>  // V: the storage type
 struct CkptPieceCarryArgs : StatePassHead<V> {
@@ -52,88 +44,13 @@ struct CkptPieceCarryArgs : StatePassHead<V> {
   bool vec_state;               // ds % 4 == 0: dh_final and the carries as float4
 };
 
-// A thread of the 16-lane state pass (grid B · carry_blocks_per_sample(di) blocks of
-// kCarryThreads):
-// sample b, channel d, lane = the state n and the step of the chunk whose transform it
-// computes, with its state's coefficient and its channel's Δ bias. Lanes past di read
-// d_inner-1's inputs and write nothing (every lane of a warp takes part in its shuffles);
-// lanes past d_state load column 0 and hold no state.
-struct CarryThread {
-  int64_t b, d;
-  int lane;
-  int src0;    // the first lane of this (b, d) in the warp
-  int col;     // the B or C column this lane loads
-  bool live;   // the lane holds state (b, d, lane)
-  float a;     // exp_coef(A[d, lane]) (0 without state)
-  float bias;  // delta_bias[d] (0 without)
-};
-template <scan::ExpMath E>
-__device__ __forceinline__ CarryThread carry_thread(int64_t di, int64_t ds, const float* a_neg,
-                                                    const float* delta_bias) {
-  CarryThread t;
-  const int64_t nb = carry_blocks_per_sample(di);
-  t.b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - t.b * nb) * kCarryThreads + int64_t(threadIdx.x);
-  t.lane = int(local % kCarryLanes);
-  t.src0 = int(threadIdx.x % 32) - t.lane;
-  const bool live_d = local / kCarryLanes < di;
-  t.d = live_d ? local / kCarryLanes : di - 1;
-  t.live = live_d && t.lane < ds;
-  t.col = t.live ? t.lane : 0;
-  t.a = t.live ? exp_coef<E>(__ldg(a_neg + t.d * ds + t.lane)) : 0.f;
-  t.bias = delta_bias ? __ldg(delta_bias + t.d) : 0.f;
-  return t;
-}
-
-// The row of a chunk starting at r0 that a lane loads for step k: rows at or past nk (past T)
-// read r0, and the walk zeroes what they give.
-__device__ __forceinline__ int64_t chunk_row(int64_t r0, int nk, int k) {
-  return r0 + (k < nk ? k : 0);
-}
-
-// Column `col` of the chunk's K rows of m [rows, ld], in the storage type.
-template <class T, int K>
-__device__ __forceinline__ void load_chunk_column(const T* m, int64_t ld, int64_t r0, int nk,
-                                                  int col, T (&out)[K]) {
-#pragma unroll
-  for (int k = 0; k < K; ++k) out[k] = __ldg(m + chunk_row(r0, nk, k) * ld + col);
-}
-
-// The 16-lane state pass keeps a chunk's loads in the storage type until the chunk is walked, in
-// two buffers that alternate (ping-pong): the loads of chunk c±1 stay in flight during chunk
-// c's walk. Converting on load, or copying the next buffer into the current one, made every
-// chunk wait for its loads (measured: the bf16 state pass at 226 us on an H200, B 2, about
-// 4700 cycles a chunk; see docs/performance-notes.md). Every load reads a valid address:
-// rows past T and lanes past d_state read row / column 0 of the chunk, and the walk zeroes
-// them, so the arithmetic is that of zero inputs there.
-
-// The chunks c = first, first + dir, ... (n of them, n >= 1) through two buffers of type
-// Chunk: chunk i + 1's loads go into the other buffer before chunk i is walked.
-// load(c, buffer) issues chunk c's loads; walk(c, buffer) walks chunk c from them.
-template <class Chunk, class Load, class Walk>
-__device__ __forceinline__ void walk_chunks_ping_pong(int64_t first, int64_t n, int dir,
-                                                      const Load& load, const Walk& walk) {
-  Chunk a, b;
-  load(first, a);
-  for (int64_t i = 0;;) {
-    if (i + 1 < n) load(first + dir * (i + 1), b);
-    walk(first + dir * i, a);
-    if (++i >= n) return;
-    if (i + 1 < n) load(first + dir * (i + 1), a);
-    walk(first + dir * i, b);
-    if (++i >= n) return;
-  }
-}
-
 // ---- the backward's carry pass ------------------------------------------------------------
 // One thread per (b, d, 4 consecutive states), as the refill (refill_kernels.cuh), whose
 // loading scheme it shares: each thread reads δ (or Δraw), dy (and z) of its channel and 4
 // values of the C row per step itself (the lanes of a channel and the channels of a warp
 // share them through the cache), through a ring of kRefillBatches batches of registers in
 // the storage type, each loaded kRefillBatches - 1 batches before it is walked and converted
-// only there. The steps' transforms are evaluated by each of a channel's threads (the
-// 16-lane version evaluated each once and passed it by shuffle: 17.2 issued instructions an
-// element against ~5 here; docs/performance-notes.md, "fifteenth session").
+// only there. The steps' transforms are evaluated by each of a channel's threads.
 
 // One batch of a chunk's inputs of one thread, in the storage type, in walk order (the
 // chunk's steps from the last): δ (or Δraw), dy, z (with the gate), 4 C values a step.
@@ -145,9 +62,9 @@ struct CarryBatch {
 
 // The walk of one thread over chunks n_ckpt-1 down to piece_chunks, from (dh, dAn) at T,
 // writing them after each piece's first chunk. BIAS (Δ's softplus) and VC (C by 4-element
-// vector loads) are compile-time; the gate is a run-time branch of the transform (uniform). The first
-// walked chunk (the last one, which may end past T) and the last walked one are peeled off
-// the loop, so that the loop's loads and steps test nothing.
+// vector loads) are compile-time; the gate is a run-time branch of the transform (uniform).
+// The first walked chunk (the last one, which may end past T) and the last walked one are
+// peeled off the loop, so that the loop's loads and steps test nothing.
 template <class T, scan::ExpMath E, int K, bool BIAS, bool VC>
 __device__ __forceinline__ void carry_walk(const CkptPieceCarryArgs<T>& p, int64_t b, int64_t d,
                                            int n0, int nvalid, const float (&a)[4],
@@ -286,8 +203,7 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_carry_kernel(CkptPi
 // (δ = softplus(Δraw + bias) or Δ; 0 past T), and writes h before chunk p·piece_chunks
 // (p >= 1) into that chunk's saved checkpoint, where the piece's walk reads it and which
 // it would have written there anyway: y, the checkpoints and h_final keep the bits of one
-// walk. 16 lanes per (b, d): lane j computes (δ, δ·u) of step j of the chunk, every lane
-// walks its own state.
+// walk (the refill repeats the forward's arithmetic, op for op).
 template <class V>  // V: the storage type
 struct CkptPieceStateArgs : StatePassHead<V> {
   const V* u;                   // [B*T, ld_u]
@@ -298,76 +214,56 @@ struct CkptPieceStateArgs : StatePassHead<V> {
   const float* h0;              // [B, di, ds] or null
   int64_t n_ckpt, piece_chunks;
   float* ckpt;                  // [B, n_ckpt, di, ds]: the forward's checkpoints (G = 1)
+  bool vec_b;                   // B rows as 4-element vectors (alignment checked)
+  bool vec_state;               // ds % 4 == 0: h0 and the states as float4
 };
 
-// One chunk's inputs as one lane holds them: Δ (or Δraw) and u of step `lane` of the chunk,
-// and its own state's B column for all K steps.
-template <class T, int K>
-struct StateChunk {
-  T x, uv;
-  T bv[K];
-};
-
-template <class T, int K>
-__device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p, int64_t r0,
-                                                 int nk, int64_t d, int lane, int col,
-                                                 StateChunk<T, K>& in) {
-  const int64_t r = chunk_row(r0, nk, lane);
-  in.x = __ldg(p.delta + r * p.ld_delta + d);
-  in.uv = __ldg(p.u + r * p.ld_u + d);
-  load_chunk_column<T, K>(p.Bm, p.ld_B, r0, nk, col, in.bv);
-}
-
-// grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
-// (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks 0 up to
-// (pieces - 1)·piece_chunks - 1 (all whole: the last piece holds the chunk past T); before
-// chunk c = p·piece_chunks (p >= 1) it writes ckpt[b, c, d, :] = h.
+// grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads (one thread per
+// (b, d, 4 states), as the refill); K = the plan's steps per chunk. Walks chunks 0 up to
+// (pieces - 1)·piece_chunks - 1 (all whole: the last piece holds the chunk past T) with the
+// refill's walk (refill_kernels.cuh), from h0; before chunk c = p·piece_chunks (p >= 1) it
+// writes ckpt[b, c, d, :] = h.
 template <class T, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
-  static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
-  const CarryThread th = carry_thread<E>(p.di, p.ds, p.a_neg, p.delta_bias);
-  const int64_t b = th.b, d = th.d;
-  const int lane = th.lane, src0 = th.src0, col = th.col;
-  const bool live = th.live;
-  const float a = th.a, bias = th.bias;
+__global__ void __launch_bounds__(kRefillThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
+  const int64_t Q = (p.ds + 3) / 4;
+  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
+  const int64_t b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
+  const int64_t d = local / Q;
+  if (d >= p.di) return;
+  const int n0 = int(local - d * Q) * 4;
+  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
+  const bool vs = p.vec_state && nvalid == 4;
 
-  float h = live && p.h0 ? __ldg(p.h0 + (b * p.di + d) * p.ds + lane) : 0.f;
-  const int64_t n_pieces = (p.n_ckpt + p.piece_chunks - 1) / p.piece_chunks;
-  const int64_t c_end = (n_pieces - 1) * p.piece_chunks;  // the last piece's first chunk
-  // ckpt[b, c, d, lane]
-  float* row = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + lane;
-  const int64_t chunk_step = p.di * p.ds;
-  auto rows = [&](int64_t c) { return b * p.T + c * K; };
-  int to_edge = int(p.piece_chunks) - 1;  // chunks left before the next piece
-
-  // Walk chunk c (whole: c < c_end <= n_ckpt - 1) from `in`.
-  auto walk = [&](int64_t c, const StateChunk<T, K>& in) {
-    // the forward kernels' per-step scalars of step `lane`: δ and δ·u (lanes past K: 0)
-    const float x = as_f32(in.x), uv = lane < K ? as_f32(in.uv) : 0.f;
-    const float dl_own = lane < K ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
-    const float du_own = dl_own * uv;
+  float a[4], h[4] = {0.f, 0.f, 0.f, 0.f};
+  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
 #pragma unroll
-    for (int k = 0; k < K; ++k) {  // the forward's step
-      const float dl = shfl_idx(dl_own, src0 + k);
-      const float du = shfl_idx(du_own, src0 + k);
-      const float bv = live ? as_f32(in.bv[k]) : 0.f;
-      const float dA = expm<E>(dl * a);
-      h = fmaf(dA, h, du * bv);
-    }
-    if (to_edge == 0) {  // the state before chunk c + 1, a piece's first
-      if (live) row[(c + 1) * chunk_step] = h;
-      to_edge = int(p.piece_chunks);
-    }
-    --to_edge;
-  };
-
-  // chunks 0 up to c_end - 1
-  walk_chunks_ping_pong<StateChunk<T, K>>(
-      0, c_end, 1,
-      [&](int64_t c, StateChunk<T, K>& in) {
-        load_state_chunk<T, K>(p, rows(c), K, d, lane, col, in);
-      },
-      walk);
+  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
+  if (p.h0) load_states<4>(p.h0 + (b * p.di + d) * p.ds + n0, p.vec_state, nvalid, h);
+  // the refill's walk over chunks 0 .. c_end - 1, writing at the pieces' edges only
+  CkptRefillArgs<T> r{};
+  static_cast<StatePassHead<T>&>(r) = p;
+  r.u = p.u;
+  r.ld_u = p.ld_u;
+  r.Bm = p.Bm;
+  r.ld_B = p.ld_B;
+  r.a_neg = p.a_neg;
+  const int64_t n_pieces = (p.n_ckpt + p.piece_chunks - 1) / p.piece_chunks;
+  r.c_lo = 0;
+  r.c_hi = (n_pieces - 1) * p.piece_chunks + 1;  // the last piece's first chunk, + 1
+  r.vec_b = p.vec_b;
+  r.vec_state = p.vec_state;
+  float* out = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + n0;  // slot 0 of this row
+  const int64_t pc = p.piece_chunks;
+  const bool vb = p.vec_b && nvalid == 4;
+  // One branch a thread, to the walk's variant (as the refill).
+  if (p.delta_bias) {
+    if (vb) refill_walk<T, E, K, true, true, true>(r, b, d, n0, nvalid, a, h, out, pc);
+    else refill_walk<T, E, K, true, false, true>(r, b, d, n0, nvalid, a, h, out, pc);
+  } else {
+    if (vb) refill_walk<T, E, K, false, true, true>(r, b, d, n0, nvalid, a, h, out, pc);
+    else refill_walk<T, E, K, false, false, true>(r, b, d, n0, nvalid, a, h, out, pc);
+  }
 }
 
 }  // namespace mc::kern::scan_detail

@@ -142,11 +142,13 @@ __host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t 
 // softplus) and VB (B by 4-element vector loads) are compile-time, so that no step branches
 // on them; the last walked chunk is peeled off the loop, so that every load in the loop is
 // unconditional (the 2026-12-06 twelfth-session notes: the per-step branches and the
-// conditional loads of the next chunk).
-template <class T, scan::ExpMath E, int K, bool BIAS, bool VB>
+// conditional loads of the next chunk). EDGES (the state pass of the forward's pieces,
+// piece_kernels.cuh, with c_lo = 0): only the states before chunks `every`, 2·every, ... are
+// written, each into its chunk's slot; the others (slot c_lo's too) are left as they are.
+template <class T, scan::ExpMath E, int K, bool BIAS, bool VB, bool EDGES = false>
 __device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t b, int64_t d,
                                             int n0, int nvalid, const float (&a)[4],
-                                            float (&h)[4], float* out) {
+                                            float (&h)[4], float* out, int64_t every = 1) {
   const float bias = BIAS ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.di * p.ds;
   const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
@@ -178,9 +180,19 @@ __device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t 
       h[3] = fmaf(expm<E>(dl * a[3]), h[3], du * quad_f32<3>(r.b[k]));
     }
   };
+  // the state before the chunk whose slot `out` is at: every chunk's, or with EDGES every
+  // `every`-th chunk's from chunk c_lo + 1 on
+  int64_t to_edge = every;
+  auto store = [&] {
+    if constexpr (EDGES) {
+      if (--to_edge != 0) return;
+      to_edge = every;
+    }
+    store_states<4>(out, p.vec_state, nvalid, h);
+  };
   // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
   RefillBatch<T, KB> ring[NB];
-  store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_lo
+  if constexpr (!EDGES) store_states<4>(out, p.vec_state, nvalid, h);  // before chunk c_lo
   if (p.c_lo + 1 >= p.c_hi) return;
 #pragma unroll
   for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0);
@@ -197,7 +209,7 @@ __device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t 
     up += K * p.ld_u;
     bp += K * p.ld_B;
     out += plane;
-    store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c + 1
+    store();  // the state before chunk c + 1
   }
   // the last walked chunk: only its own last batch is still to load
 #pragma unroll
@@ -206,7 +218,7 @@ __device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t 
     walk(ring[j]);
   }
   out += plane;
-  store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_hi - 1
+  store();  // the state before chunk c_hi - 1
 }
 
 // grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
