@@ -414,6 +414,9 @@ void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = fp.piece_chunks;
   r.ckpt = a.ckpt;
+  r.c_lo = 0;
+  const int64_t n_pieces = (pl.n_ckpt + fp.piece_chunks - 1) / fp.piece_chunks;
+  r.c_hi = (n_pieces - 1) * fp.piece_chunks + 1;
   // 4 B values a load: the row start and stride keep every 4-element group aligned
   r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
             a.ld_B % 4 == 0;

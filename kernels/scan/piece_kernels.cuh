@@ -214,6 +214,8 @@ struct CkptPieceStateArgs : StatePassHead<V> {
   const float* h0;              // [B, di, ds] or null
   int64_t n_ckpt, piece_chunks;
   float* ckpt;                  // [B, n_ckpt, di, ds]: the forward's checkpoints (G = 1)
+  int64_t c_lo, c_hi;           // the walk: chunks c_lo = 0 .. c_hi - 2, c_hi - 1 = the last
+                                // piece's first chunk (refill_walk's fields)
   bool vec_b;                   // B rows as 4-element vectors (alignment checked)
   bool vec_state;               // ds % 4 == 0: h0 and the states as float4
 };
@@ -240,29 +242,17 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_state_kernel(CkptPi
 #pragma unroll
   for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
   if (p.h0) load_states<4>(p.h0 + (b * p.di + d) * p.ds + n0, p.vec_state, nvalid, h);
-  // the refill's walk over chunks 0 .. c_end - 1, writing at the pieces' edges only
-  CkptRefillArgs<T> r{};
-  static_cast<StatePassHead<T>&>(r) = p;
-  r.u = p.u;
-  r.ld_u = p.ld_u;
-  r.Bm = p.Bm;
-  r.ld_B = p.ld_B;
-  r.a_neg = p.a_neg;
-  const int64_t n_pieces = (p.n_ckpt + p.piece_chunks - 1) / p.piece_chunks;
-  r.c_lo = 0;
-  r.c_hi = (n_pieces - 1) * p.piece_chunks + 1;  // the last piece's first chunk, + 1
-  r.vec_b = p.vec_b;
-  r.vec_state = p.vec_state;
+  // the refill's walk over chunks c_lo = 0 .. c_hi - 2, writing at the pieces' edges only
   float* out = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + n0;  // slot 0 of this row
   const int64_t pc = p.piece_chunks;
   const bool vb = p.vec_b && nvalid == 4;
   // One branch a thread, to the walk's variant (as the refill).
   if (p.delta_bias) {
-    if (vb) refill_walk<T, E, K, true, true, true>(r, b, d, n0, nvalid, a, h, out, pc);
-    else refill_walk<T, E, K, true, false, true>(r, b, d, n0, nvalid, a, h, out, pc);
+    if (vb) refill_walk<T, E, K, true, true, true>(p, b, d, n0, nvalid, a, h, out, pc);
+    else refill_walk<T, E, K, true, false, true>(p, b, d, n0, nvalid, a, h, out, pc);
   } else {
-    if (vb) refill_walk<T, E, K, false, true, true>(r, b, d, n0, nvalid, a, h, out, pc);
-    else refill_walk<T, E, K, false, false, true>(r, b, d, n0, nvalid, a, h, out, pc);
+    if (vb) refill_walk<T, E, K, false, true, true>(p, b, d, n0, nvalid, a, h, out, pc);
+    else refill_walk<T, E, K, false, false, true>(p, b, d, n0, nvalid, a, h, out, pc);
   }
 }
 

@@ -145,10 +145,13 @@ __host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t 
 // conditional loads of the next chunk). EDGES (the state pass of the forward's pieces,
 // piece_kernels.cuh, with c_lo = 0): only the states before chunks `every`, 2·every, ... are
 // written, each into its chunk's slot; the others (slot c_lo's too) are left as they are.
-template <class T, scan::ExpMath E, int K, bool BIAS, bool VB, bool EDGES = false>
-__device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t b, int64_t d,
-                                            int n0, int nvalid, const float (&a)[4],
-                                            float (&h)[4], float* out, int64_t every = 1) {
+// Args: CkptRefillArgs, or any kernel arguments with its δ, u, B, shape, c_lo, c_hi and
+// vec_state fields (the state pass's: read from the kernel's parameters, not copied into
+// registers, which made the f32 state pass spill).
+template <class T, scan::ExpMath E, int K, bool BIAS, bool VB, bool EDGES = false, class Args>
+__device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d, int n0,
+                                            int nvalid, const float (&a)[4], float (&h)[4],
+                                            float* out, int64_t every = 1) {
   const float bias = BIAS ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.di * p.ds;
   const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
