@@ -171,29 +171,15 @@ __device__ __forceinline__ void carry_walk(const CkptPieceCarryArgs<T>& p, int64
 // bytes of spill in bf16; one variant alone: 142-184 registers, no spill).
 template <class T, scan::ExpMath E, int K, bool BIAS, bool VC>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
-  const int64_t Q = (p.ds + 3) / 4;
-  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
-  const int64_t b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
-  const int64_t d = local / Q;
-  if (d >= p.di) return;
-  const int n0 = int(local - d * Q) * 4;
-  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
-  const bool vs = p.vec_state && nvalid == 4;
-  const int64_t state_off = (b * p.di + d) * p.ds + n0;
-
-  float a[4], dh[4], dAn[4];
-  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    a[s] = exp_coef<E>(a[s]);
-    dAn[s] = 1.f;  // dA_T := 1
-    dh[s] = 0.f;
-  }
-  if (p.dh_final) load_states<4>(p.dh_final + state_off, p.vec_state, nvalid, dh);
+  const StateQuad q = state_quad(p.di, p.ds);
+  if (q.d >= p.di) return;
+  const int64_t state_off = (q.b * p.di + q.d) * p.ds + q.n0;
+  float a[4], dh[4] = {0.f, 0.f, 0.f, 0.f}, dAn[4] = {1.f, 1.f, 1.f, 1.f};  // dA_T := 1
+  state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
+  if (p.dh_final) load_states<4>(p.dh_final + state_off, p.vec_state, q.nvalid, dh);
   // VC holds for a thread with 4 states; one with fewer (d_state % 4 != 0 makes vec_c false
   // for all) never runs a VC instance
-  carry_walk<T, E, K, BIAS, VC>(p, b, d, n0, nvalid, a, dh, dAn, p.carry + state_off);
+  carry_walk<T, E, K, BIAS, VC>(p, q.b, q.d, q.n0, q.nvalid, a, dh, dAn, p.carry + state_off);
 }
 
 // ---- the forward's pieces --------------------------------------------------------------
@@ -227,20 +213,12 @@ struct CkptPieceStateArgs : StatePassHead<V> {
 // writes ckpt[b, c, d, :] = h.
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
-  const int64_t Q = (p.ds + 3) / 4;
-  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
-  const int64_t b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
-  const int64_t d = local / Q;
-  if (d >= p.di) return;
-  const int n0 = int(local - d * Q) * 4;
-  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
-  const bool vs = p.vec_state && nvalid == 4;
-
+  const StateQuad q = state_quad(p.di, p.ds);
+  if (q.d >= p.di) return;
+  const int64_t b = q.b, d = q.d;
+  const int n0 = q.n0, nvalid = q.nvalid;
   float a[4], h[4] = {0.f, 0.f, 0.f, 0.f};
-  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
+  state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
   if (p.h0) load_states<4>(p.h0 + (b * p.di + d) * p.ds + n0, p.vec_state, nvalid, h);
   // the refill's walk over chunks c_lo = 0 .. c_hi - 2, writing at the pieces' edges only
   float* out = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + n0;  // slot 0 of this row

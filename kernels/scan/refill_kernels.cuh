@@ -137,6 +137,35 @@ __host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t 
   return (di * q + kRefillThreads - 1) / kRefillThreads;
 }
 
+// The (b, d, 4 states) a thread of a per-state pass serves (this refill, and the passes of
+// piece_kernels.cuh; grid B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads):
+// states n0 .. n0 + nvalid - 1 of channel d of sample b; none where d >= di.
+struct StateQuad {
+  int64_t b, d;
+  int n0, nvalid;
+};
+__device__ __forceinline__ StateQuad state_quad(int64_t di, int64_t ds) {
+  const int64_t Q = (ds + 3) / 4;
+  const int64_t nb = refill_blocks_per_sample(di, ds);
+  StateQuad t;
+  t.b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - t.b * nb) * kRefillThreads + int64_t(threadIdx.x);
+  t.d = local / Q;
+  t.n0 = int(local - t.d * Q) * 4;
+  t.nvalid = int(ds - t.n0 < 4 ? ds - t.n0 : 4);
+  return t;
+}
+
+// The thread's coefficients exp_coef<E>(A[d, n0 + s]) (0 past d_state), for the passes of
+// piece_kernels.cuh.
+template <scan::ExpMath E>
+__device__ __forceinline__ void state_coefs(const float* a_neg, const StateQuad& q, int64_t ds,
+                                            bool vec_state, float (&a)[4]) {
+  load_vec<4>(a_neg + q.d * ds + q.n0, vec_state && q.nvalid == 4, q.nvalid, a);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
+}
+
 // The walk of one thread over chunks c_lo .. c_hi-1, from h (the state before chunk c_lo),
 // writing the state before each chunk from `out` on (this thread's row of slot 0). BIAS (Δ's
 // softplus) and VB (B by 4-element vector loads) are compile-time, so that no step branches
@@ -229,14 +258,10 @@ __device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d,
 // c_lo <= c < c_hi (c_hi - c_lo <= group).
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillArgs<T> p) {
-  const int64_t Q = (p.ds + 3) / 4;
-  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
-  const int64_t b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
-  const int64_t d = local / Q;
-  if (d >= p.di) return;
-  const int n0 = int(local - d * Q) * 4;
-  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
+  const StateQuad q = state_quad(p.di, p.ds);
+  if (q.d >= p.di) return;
+  const int64_t b = q.b, d = q.d;
+  const int n0 = q.n0, nvalid = q.nvalid;
   const bool vs = p.vec_state && nvalid == 4;
 
   float a[4], h[4];
