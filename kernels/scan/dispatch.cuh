@@ -291,25 +291,30 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   return a;
 }
 
+// A row-major [rows, ld] tensor of d_state-wide rows (B or C) can be read 4 values a load
+// by the threads of the per-state passes: every 4-element group of every row aligned.
+template <class T>
+bool quad_rows(const T* m, int64_t ld, int64_t ds) {
+  return ds % 4 == 0 && reinterpret_cast<uintptr_t>(m) % (4 * sizeof(T)) == 0 && ld % 4 == 0;
+}
+
 // The per-state passes, one thread per (b, d, 4 states) (compiled for chunks of 16 and 8
 // steps and both exponentials): the refill and the state pass of the forward's pieces. The
 // backward's carry pass has a launcher of its own (launch_piece_carry).
-struct RefillPass {
-  static constexpr const char* kName = "ckpt_refill_kernel";
+struct RefillGrid {
   static constexpr int kThreads = kRefillThreads;
   static int64_t blocks_per_sample(const scan::Shape& s) {
     return refill_blocks_per_sample(s.di, s.ds);
   }
+};
+struct RefillPass : RefillGrid {
+  static constexpr const char* kName = "ckpt_refill_kernel";
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
 };
 // The state pass of the forward's pieces (piece_kernels.cuh): the refill's grid.
-struct PieceStatePass {
+struct PieceStatePass : RefillGrid {
   static constexpr const char* kName = "ckpt_piece_state_kernel";
-  static constexpr int kThreads = kRefillThreads;
-  static int64_t blocks_per_sample(const scan::Shape& s) {
-    return refill_blocks_per_sample(s.di, s.ds);
-  }
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_state_kernel<T, E, K>; }
 };
@@ -365,9 +370,7 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = a.piece_chunks;
   r.carry = const_cast<float*>(a.piece_carry);
-  // 4 C values a load: the row start and stride keep every 4-element group aligned
-  r.vec_c = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Cm) % (4 * sizeof(T)) == 0 &&
-            a.ld_C % 4 == 0;
+  r.vec_c = quad_rows(a.Cm, a.ld_C, s.ds);  // 4 values a load
   r.vec_state = s.ds % 4 == 0;
   // one thread per (b, d, 4 states), the refill's grid; one kernel per variant of the walk
   // (piece_kernels.cuh), compiled for the pieces' plan only: chunks of 16 steps
@@ -417,9 +420,7 @@ void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
   r.c_lo = 0;
   const int64_t n_pieces = (pl.n_ckpt + fp.piece_chunks - 1) / fp.piece_chunks;
   r.c_hi = (n_pieces - 1) * fp.piece_chunks + 1;
-  // 4 B values a load: the row start and stride keep every 4-element group aligned
-  r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
-            a.ld_B % 4 == 0;
+  r.vec_b = quad_rows(a.Bm, a.ld_B, s.ds);  // 4 values a load
   r.vec_state = s.ds % 4 == 0;
   launch_state_pass<PieceStatePass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
@@ -444,9 +445,7 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
   r.dense = dense;
   r.c_lo = c_lo;
   r.c_hi = c_hi;
-  // 4 B values a load: the row start and stride keep every 4-element group aligned
-  r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
-            a.ld_B % 4 == 0;
+  r.vec_b = quad_rows(a.Bm, a.ld_B, s.ds);  // 4 values a load
   r.vec_state = s.ds % 4 == 0;
   launch_state_pass<RefillPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }

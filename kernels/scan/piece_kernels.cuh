@@ -215,23 +215,12 @@ template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
   const StateQuad q = state_quad(p.di, p.ds);
   if (q.d >= p.di) return;
-  const int64_t b = q.b, d = q.d;
-  const int n0 = q.n0, nvalid = q.nvalid;
   float a[4], h[4] = {0.f, 0.f, 0.f, 0.f};
   state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
-  if (p.h0) load_states<4>(p.h0 + (b * p.di + d) * p.ds + n0, p.vec_state, nvalid, h);
+  if (p.h0) load_states<4>(p.h0 + (q.b * p.di + q.d) * p.ds + q.n0, p.vec_state, q.nvalid, h);
   // the refill's walk over chunks c_lo = 0 .. c_hi - 2, writing at the pieces' edges only
-  float* out = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + n0;  // slot 0 of this row
-  const int64_t pc = p.piece_chunks;
-  const bool vb = p.vec_b && nvalid == 4;
-  // One branch a thread, to the walk's variant (as the refill).
-  if (p.delta_bias) {
-    if (vb) refill_walk<T, E, K, true, true, true>(p, b, d, n0, nvalid, a, h, out, pc);
-    else refill_walk<T, E, K, true, false, true>(p, b, d, n0, nvalid, a, h, out, pc);
-  } else {
-    if (vb) refill_walk<T, E, K, false, true, true>(p, b, d, n0, nvalid, a, h, out, pc);
-    else refill_walk<T, E, K, false, false, true>(p, b, d, n0, nvalid, a, h, out, pc);
-  }
+  float* out = p.ckpt + ((q.b * p.n_ckpt) * p.di + q.d) * p.ds + q.n0;  // slot 0 of this row
+  refill_walk_variant<T, E, K, true>(p, q.b, q.d, q.n0, q.nvalid, a, h, out, p.piece_chunks);
 }
 
 }  // namespace mc::kern::scan_detail

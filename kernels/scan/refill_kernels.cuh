@@ -156,8 +156,7 @@ __device__ __forceinline__ StateQuad state_quad(int64_t di, int64_t ds) {
   return t;
 }
 
-// The thread's coefficients exp_coef<E>(A[d, n0 + s]) (0 past d_state), for the passes of
-// piece_kernels.cuh.
+// The thread's coefficients exp_coef<E>(A[d, n0 + s]) (0 past d_state).
 template <scan::ExpMath E>
 __device__ __forceinline__ void state_coefs(const float* a_neg, const StateQuad& q, int64_t ds,
                                             bool vec_state, float (&a)[4]) {
@@ -253,6 +252,24 @@ __device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d,
   store();  // the state before chunk c_hi - 1
 }
 
+// refill_walk in the variant of the arguments: one branch a thread (four instances of the
+// walk in the calling kernel), on Δ's softplus and on B by vectors (vec_b, for threads with
+// 4 states).
+template <class T, scan::ExpMath E, int K, bool EDGES = false, class Args>
+__device__ __forceinline__ void refill_walk_variant(const Args& p, int64_t b, int64_t d, int n0,
+                                                    int nvalid, const float (&a)[4],
+                                                    float (&h)[4], float* out,
+                                                    int64_t every = 1) {
+  const bool vb = p.vec_b && nvalid == 4;
+  if (p.delta_bias) {
+    if (vb) refill_walk<T, E, K, true, true, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
+    else refill_walk<T, E, K, true, false, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
+  } else {
+    if (vb) refill_walk<T, E, K, false, true, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
+    else refill_walk<T, E, K, false, false, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
+  }
+}
+
 // grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
 // plan's steps per chunk. Writes dense[b, c - c_lo, d, :] = h before chunk c, for
 // c_lo <= c < c_hi (c_hi - c_lo <= group).
@@ -262,24 +279,12 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillA
   if (q.d >= p.di) return;
   const int64_t b = q.b, d = q.d;
   const int n0 = q.n0, nvalid = q.nvalid;
-  const bool vs = p.vec_state && nvalid == 4;
-
   float a[4], h[4];
-  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
+  state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
   load_states<4>(p.saved + ((b * p.n_saved + p.c_lo / p.group) * p.di + d) * p.ds + n0,
                  p.vec_state, nvalid, h);
   float* out = p.dense + (b * p.group * p.di + d) * p.ds + n0;  // slot 0 of this thread's row
-  const bool vb = p.vec_b && nvalid == 4;
-  // One branch a thread, to the walk's variant (four instances of it in this kernel).
-  if (p.delta_bias) {
-    if (vb) refill_walk<T, E, K, true, true>(p, b, d, n0, nvalid, a, h, out);
-    else refill_walk<T, E, K, true, false>(p, b, d, n0, nvalid, a, h, out);
-  } else {
-    if (vb) refill_walk<T, E, K, false, true>(p, b, d, n0, nvalid, a, h, out);
-    else refill_walk<T, E, K, false, false>(p, b, d, n0, nvalid, a, h, out);
-  }
+  refill_walk_variant<T, E, K>(p, b, d, n0, nvalid, a, h, out);
 }
 
 }  // namespace mc::kern::scan_detail
