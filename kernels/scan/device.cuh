@@ -63,6 +63,9 @@ __device__ __forceinline__ float expm(float x) {
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
+__device__ __forceinline__ float shfl_idx(float v, int src_lane) {
+  return __shfl_sync(0xffffffffu, v, src_lane);
+}
 // Σ over the L lanes of the group; every lane gets the same bits (ctest
 // ScanEmulation.ThreadOrderRace: the lanes' copies land in one order or the other; the xor
 // butterfly adds the same two operands on both partners, and + commutes).

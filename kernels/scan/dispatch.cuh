@@ -291,29 +291,28 @@ CkptBwdArgs<T> ckpt_bwd_args(const scan::BwdParams<T>& p, const CkptPlan& pl,
   return a;
 }
 
-// A row-major [rows, ld] tensor of d_state-wide rows (B or C) can be read 4 values a load
-// by the threads of the per-state passes: every 4-element group of every row aligned.
-template <class T>
-bool quad_rows(const T* m, int64_t ld, int64_t ds) {
-  return ds % 4 == 0 && reinterpret_cast<uintptr_t>(m) % (4 * sizeof(T)) == 0 && ld % 4 == 0;
-}
-
-// The per-state passes, one thread per (b, d, 4 states) (compiled for chunks of 16 and 8
-// steps and both exponentials): the refill and the state pass of the forward's pieces. The
-// backward's carry pass has a launcher of its own (launch_piece_carry).
-struct RefillGrid {
+// The per-state passes (compiled for chunks of 16 and 8 steps and both exponentials): the
+// refill (one thread per (b, d, 4 states)) and the carry pass (16 lanes per (b, d)).
+struct RefillPass {
+  static constexpr const char* kName = "ckpt_refill_kernel";
   static constexpr int kThreads = kRefillThreads;
   static int64_t blocks_per_sample(const scan::Shape& s) {
     return refill_blocks_per_sample(s.di, s.ds);
   }
-};
-struct RefillPass : RefillGrid {
-  static constexpr const char* kName = "ckpt_refill_kernel";
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_refill_kernel<T, E, K>; }
 };
-// The state pass of the forward's pieces (piece_kernels.cuh): the refill's grid.
-struct PieceStatePass : RefillGrid {
+// The 16-lane passes of the pieces (piece_kernels.cuh): the same grid.
+struct CarryLanesGrid {
+  static constexpr int kThreads = kCarryThreads;
+  static int64_t blocks_per_sample(const scan::Shape& s) { return carry_blocks_per_sample(s.di); }
+};
+struct PieceCarryPass : CarryLanesGrid {
+  static constexpr const char* kName = "ckpt_piece_carry_kernel";
+  template <class T, scan::ExpMath E, int K>
+  static auto kernel() { return &ckpt_piece_carry_kernel<T, E, K>; }
+};
+struct PieceStatePass : CarryLanesGrid {
   static constexpr const char* kName = "ckpt_piece_state_kernel";
   template <class T, scan::ExpMath E, int K>
   static auto kernel() { return &ckpt_piece_state_kernel<T, E, K>; }
@@ -370,32 +369,10 @@ void launch_piece_carry(const scan::BwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = a.piece_chunks;
   r.carry = const_cast<float*>(a.piece_carry);
-  r.vec_c = quad_rows(a.Cm, a.ld_C, s.ds);  // 4 values a load
-  r.vec_state = s.ds % 4 == 0;
-  // one thread per (b, d, 4 states), the refill's grid; one kernel per variant of the walk
-  // (piece_kernels.cuh), compiled for the pieces' plan only: chunks of 16 steps
-  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
-  const std::string name =
-      std::string("ckpt_piece_carry_kernel<") + dtype_name<T>() + "," + to_string(e) + ">";
-  if (pl.K != 16)
-    throw std::logic_error(name + ": compiled for chunks of 16 steps, not " +
-                           std::to_string(pl.K));
-  constexpr scan::ExpMath H = scan::ExpMath::Hardware, A = scan::ExpMath::Accurate;
-  using Kernel = void (*)(CkptPieceCarryArgs<T>);
-  const bool hw = e == H, bias = r.delta_bias != nullptr, vc = r.vec_c;
-  const Kernel variants[2][2][2] = {
-      {{&ckpt_piece_carry_kernel<T, A, 16, false, false>,
-        &ckpt_piece_carry_kernel<T, A, 16, false, true>},
-       {&ckpt_piece_carry_kernel<T, A, 16, true, false>,
-        &ckpt_piece_carry_kernel<T, A, 16, true, true>}},
-      {{&ckpt_piece_carry_kernel<T, H, 16, false, false>,
-        &ckpt_piece_carry_kernel<T, H, 16, false, true>},
-       {&ckpt_piece_carry_kernel<T, H, 16, true, false>,
-        &ckpt_piece_carry_kernel<T, H, 16, true, true>}}};
-  const dim3 grid{unsigned(s.B * refill_blocks_per_sample(s.di, s.ds))},
-      block{unsigned(kRefillThreads)};
-  launch(variants[hw][bias][vc], grid, block, 0, st, r);
-  MC_LAUNCH_CHECK(name.c_str());
+  if (s.ds > kCarryLanes)
+    throw std::logic_error("ckpt_piece_carry_kernel: d_state " + std::to_string(s.ds) +
+                           " above the pass's " + std::to_string(kCarryLanes) + " lanes");
+  launch_state_pass<PieceCarryPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 
 // The state pass of the forward's pieces (piece_kernels.cuh): the state before every piece
@@ -404,8 +381,9 @@ template <class T>
 void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
                         const CkptFwdArgs<T>& a, const FwdPieces& fp, cudaStream_t st) {
   const scan::Shape& s = p.shape;
-  if (!a.ckpt || a.n_saved != pl.n_ckpt)
-    throw std::logic_error("ckpt_piece_state_kernel: needs every chunk's checkpoint");
+  if (s.ds > kCarryLanes || !a.ckpt || a.n_saved != pl.n_ckpt)
+    throw std::logic_error("ckpt_piece_state_kernel: needs d_state <= 16 and every chunk's "
+                           "checkpoint");
   CkptPieceStateArgs<T> r;
   static_cast<StatePassHead<T>&>(r) = state_pass_head<T>(s, a);
   r.u = a.u;
@@ -417,11 +395,6 @@ void launch_piece_state(const scan::FwdParams<T>& p, const CkptPlan& pl,
   r.n_ckpt = pl.n_ckpt;
   r.piece_chunks = fp.piece_chunks;
   r.ckpt = a.ckpt;
-  r.c_lo = 0;
-  const int64_t n_pieces = (pl.n_ckpt + fp.piece_chunks - 1) / fp.piece_chunks;
-  r.c_hi = (n_pieces - 1) * fp.piece_chunks + 1;
-  r.vec_b = quad_rows(a.Bm, a.ld_B, s.ds);  // 4 values a load
-  r.vec_state = s.ds % 4 == 0;
   launch_state_pass<PieceStatePass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }
 
@@ -445,7 +418,9 @@ void launch_refill(const scan::BwdParams<T>& p, const CkptPlan& pl, const CkptSe
   r.dense = dense;
   r.c_lo = c_lo;
   r.c_hi = c_hi;
-  r.vec_b = quad_rows(a.Bm, a.ld_B, s.ds);  // 4 values a load
+  // 4 B values a load: the row start and stride keep every 4-element group aligned
+  r.vec_b = s.ds % 4 == 0 && reinterpret_cast<uintptr_t>(a.Bm) % (4 * sizeof(T)) == 0 &&
+            a.ld_B % 4 == 0;
   r.vec_state = s.ds % 4 == 0;
   launch_state_pass<RefillPass, T>(s, pl.K, scan_exp(p.exp, p.route, dtype_of<T>()), r, st);
 }

@@ -1,32 +1,36 @@
-// scan/piece_kernels.cuh — the passes that start the parallel pieces of the checkpointed scan
-// (scan.hpp, "Pieces of the backward" and "of the forward"). Where a shape gives the
-// one-channel kernels too few blocks to fill the GPU, their chunks are cut into pieces that
-// one launch walks at once, and each piece starts from a state these passes produce.
-//
-// The backward's carry pass. Each piece but the last needs the walk's state at its end,
-// (dh, dAn): the adjoint of the state and the decay of the step after the piece. This pass
-// produces it from the adjoint recurrence alone, walking back from T:
+// scan/piece_kernels.cuh — the carry pass of the checkpointed backward's parallel pieces
+// (scan.hpp, "Pieces of the backward"). Where a shape gives the one-channel backward too few
+// blocks to fill the GPU, its chunks are cut into pieces that one launch walks at once. Each
+// piece but the last needs the walk's state at its end, (dh, dAn): the adjoint of the state
+// and the decay of the step after the piece. This pass produces it from the adjoint
+// recurrence alone, walking back from T:
 //   dA_t = exp(δ_t·A),  dh_t = fma(dA_{t+1}, dh_{t+1}, dy_t·C_t)     (dA_T := 1, dh_T = dh_final)
 // with δ = softplus(Δraw + bias) or Δ and dy = dG·silu(z) or dG, exactly as the backward
 // kernels' walk computes them (ckpt_kernels.cuh, the transform and the walk), so the (dh, dAn)
 // a piece starts from have the bits the sequential walk would hold there, and so does every
 // output that depends on them (dδ, du, dz, dB, dC, dh0). Only dA_log and dD, which each
-// piece sums from 0, depend on the pieces (a pure function of the shape). It needs no state
-// h and no sums across states: one thread per (b, d, 4 states), which loads its inputs as
-// the refill does (refill_kernels.cuh: a ring of register batches in the storage type).
+// piece sums from 0, depend on the pieces (a pure function of the shape).
 //
-// The forward's state pass: the state before each piece, from h0 by the forward's
-// recurrence. It is the refill's walk (refill_kernels.cuh), run from h0 over the chunks
-// before the last piece, writing only at the pieces' edges.
-//
-// Both passes replaced 16-lane versions (one state a lane, each step's transform passed by
-// shuffle), which issued 17.2 (carry) and 14.6 (state) instructions an element against the
-// ~4 of their arithmetic (docs/performance-notes.md, "fifteenth session").
+// The pass needs no state h and no sums across states: 16 lanes per (b, d), one state each
+// (d_state <= 16, the only plans with pieces). The per-step transform (softplus, gate) is
+// the same for every state of a channel, so each lane of the 16 computes it for one step of
+// the chunk and the walk takes it by shuffle; each lane loads its own column of C. The
+// next chunk's inputs are loaded while the current one is walked. Only one FMA a step is on
+// the dh chain.
 #pragma once
 
 #include "kernels/scan/refill_kernels.cuh"
 
 namespace mc::kern::scan_detail {
+
+// Lanes per (b, d): one state each, and one step of a chunk each for the transform.
+constexpr int kCarryLanes = 16;
+constexpr int kCarryThreads = 128;
+
+// Blocks per sample: di · kCarryLanes threads in blocks of kCarryThreads.
+__host__ __device__ inline int64_t carry_blocks_per_sample(int64_t di) {
+  return (di * kCarryLanes + kCarryThreads - 1) / kCarryThreads;
+}
 
 template <class V>  // V: the storage type
 struct CkptPieceCarryArgs : StatePassHead<V> {
@@ -40,146 +44,157 @@ struct CkptPieceCarryArgs : StatePassHead<V> {
   const float* dh_final;        // [B, di, ds] or null
   int64_t n_ckpt, piece_chunks;
   float* carry;                 // [n_pieces - 1][2][B, di, ds]: (dh, dAn) entering piece p's walk
-  bool vec_c;                   // C rows as 4-element vectors (alignment checked)
-  bool vec_state;               // ds % 4 == 0: dh_final and the carries as float4
 };
 
-// ---- the backward's carry pass ------------------------------------------------------------
-// One thread per (b, d, 4 consecutive states), as the refill (refill_kernels.cuh), whose
-// loading scheme it shares: each thread reads δ (or Δraw), dy (and z) of its channel and 4
-// values of the C row per step itself (the lanes of a channel and the channels of a warp
-// share them through the cache), through a ring of kRefillBatches batches of registers in
-// the storage type, each loaded kRefillBatches - 1 batches before it is walked and converted
-// only there. The steps' transforms are evaluated by each of a channel's threads.
+// A thread of a 16-lane pass (grid B · carry_blocks_per_sample(di) blocks of kCarryThreads):
+// sample b, channel d, lane = the state n and the step of the chunk whose transform it
+// computes, with its state's coefficient and its channel's Δ bias. Lanes past di read
+// d_inner-1's inputs and write nothing (every lane of a warp takes part in its shuffles);
+// lanes past d_state load column 0 and hold no state.
+struct CarryThread {
+  int64_t b, d;
+  int lane;
+  int src0;    // the first lane of this (b, d) in the warp
+  int col;     // the B or C column this lane loads
+  bool live;   // the lane holds state (b, d, lane)
+  float a;     // exp_coef(A[d, lane]) (0 without state)
+  float bias;  // delta_bias[d] (0 without)
+};
+template <scan::ExpMath E>
+__device__ __forceinline__ CarryThread carry_thread(int64_t di, int64_t ds, const float* a_neg,
+                                                    const float* delta_bias) {
+  CarryThread t;
+  const int64_t nb = carry_blocks_per_sample(di);
+  t.b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - t.b * nb) * kCarryThreads + int64_t(threadIdx.x);
+  t.lane = int(local % kCarryLanes);
+  t.src0 = int(threadIdx.x % 32) - t.lane;
+  const bool live_d = local / kCarryLanes < di;
+  t.d = live_d ? local / kCarryLanes : di - 1;
+  t.live = live_d && t.lane < ds;
+  t.col = t.live ? t.lane : 0;
+  t.a = t.live ? exp_coef<E>(__ldg(a_neg + t.d * ds + t.lane)) : 0.f;
+  t.bias = delta_bias ? __ldg(delta_bias + t.d) : 0.f;
+  return t;
+}
 
-// One batch of a chunk's inputs of one thread, in the storage type, in walk order (the
-// chunk's steps from the last): δ (or Δraw), dy, z (with the gate), 4 C values a step.
-template <class T, int N>
-struct CarryBatch {
-  T x[N], g[N], zv[N];
-  Quad<T> c[N];
+// The row of a chunk starting at r0 that a lane loads for step k: rows at or past nk (past T)
+// read r0, and the walk zeroes what they give.
+__device__ __forceinline__ int64_t chunk_row(int64_t r0, int nk, int k) {
+  return r0 + (k < nk ? k : 0);
+}
+
+// Column `col` of the chunk's K rows of m [rows, ld], in the storage type.
+template <class T, int K>
+__device__ __forceinline__ void load_chunk_column(const T* m, int64_t ld, int64_t r0, int nk,
+                                                  int col, T (&out)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) out[k] = __ldg(m + chunk_row(r0, nk, k) * ld + col);
+}
+
+// The 16-lane passes keep a chunk's loads in the storage type until the chunk is walked, in
+// two buffers that alternate (ping-pong): the loads of chunk c±1 stay in flight during chunk
+// c's walk. Converting on load, or copying the next buffer into the current one, made every
+// chunk wait for its loads (measured: the bf16 state pass at 226 us on an H200, B 2, about
+// 4700 cycles a chunk; see docs/performance-notes.md). Every load reads a valid address:
+// rows past T and lanes past d_state read row / column 0 of the chunk, and the walk zeroes
+// them, so the arithmetic is that of zero inputs there.
+
+// The chunks c = first, first + dir, ... (n of them, n >= 1) through two buffers of type
+// Chunk: chunk i + 1's loads go into the other buffer before chunk i is walked.
+// load(c, buffer) issues chunk c's loads; walk(c, buffer) walks chunk c from them.
+template <class Chunk, class Load, class Walk>
+__device__ __forceinline__ void walk_chunks_ping_pong(int64_t first, int64_t n, int dir,
+                                                      const Load& load, const Walk& walk) {
+  Chunk a, b;
+  load(first, a);
+  for (int64_t i = 0;;) {
+    if (i + 1 < n) load(first + dir * (i + 1), b);
+    walk(first + dir * i, a);
+    if (++i >= n) return;
+    if (i + 1 < n) load(first + dir * (i + 1), a);
+    walk(first + dir * i, b);
+    if (++i >= n) return;
+  }
+}
+
+// One chunk's inputs as one lane holds them: the transform inputs of step `lane` of the
+// chunk (δ or Δraw, dy, z) and its own state's C column for all K steps.
+template <class T, int K>
+struct CarryChunk {
+  T x, g, zv;
+  T cv[K];
 };
 
-// The walk of one thread over chunks n_ckpt-1 down to piece_chunks, from (dh, dAn) at T,
-// writing them after each piece's first chunk. BIAS (Δ's softplus) and VC (C by 4-element
-// vector loads) are compile-time; the gate is a run-time branch of the transform (uniform).
-// The first walked chunk (the last one, which may end past T) and the last walked one are
-// peeled off the loop, so that the loop's loads and steps test nothing.
-template <class T, scan::ExpMath E, int K, bool BIAS, bool VC>
-__device__ __forceinline__ void carry_walk(const CkptPieceCarryArgs<T>& p, int64_t b, int64_t d,
-                                           int n0, int nvalid, const float (&a)[4],
-                                           float (&dh)[4], float (&dAn)[4], float* out) {
-  const float bias = BIAS ? __ldg(p.delta_bias + d) : 0.f;
-  const bool gate = p.z != nullptr;
+template <class T, int K>
+__device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p, int64_t r0,
+                                                 int nk, int64_t d, int lane, int col,
+                                                 CarryChunk<T, K>& in) {
+  const int64_t r = chunk_row(r0, nk, lane);
+  in.x = __ldg(p.delta + r * p.ld_delta + d);
+  in.g = __ldg(p.dy + r * p.ld_dy + d);
+  if (p.z) in.zv = __ldg(p.z + r * p.ld_z + d);
+  load_chunk_column<T, K>(p.Cm, p.ld_C, r0, nk, col, in.cv);
+}
+
+// grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
+// (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks n_ckpt-1
+// down to piece_chunks; after chunk c = p·piece_chunks (p >= 1) it writes
+// carry[p - 1] = (dh, dAn) [B, di, ds].
+template <class T, scan::ExpMath E, int K>
+__global__ void __launch_bounds__(kCarryThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
+  static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
+  const CarryThread th = carry_thread<E>(p.di, p.ds, p.a_neg, p.delta_bias);
+  const int64_t b = th.b, d = th.d;
+  const int lane = th.lane, src0 = th.src0, col = th.col;
+  const bool live = th.live;
+  const float a = th.a, bias = th.bias;
+
+  const int64_t state_off = (b * p.di + d) * p.ds + lane;
+  float dh = live && p.dh_final ? __ldg(p.dh_final + state_off) : 0.f;
+  float dAn = 1.f;
   const int64_t plane = p.B * p.di * p.ds;
-  const int64_t last = p.n_ckpt - 1, pc = p.piece_chunks;
-  const int last_nk = int(p.T - last * K);  // steps of the last chunk before T
-  const int64_t r0 = b * p.T + last * K;    // its first row
-  const T* dp = p.delta + r0 * p.ld_delta + d;
-  const T* gp = p.dy + r0 * p.ld_dy + d;
-  const T* zp = gate ? p.z + r0 * p.ld_z + d : p.dy + r0 * p.ld_dy + d;  // unread without gate
-  const int64_t ld_z = gate ? p.ld_z : p.ld_dy;
-  const T* cp = p.Cm + r0 * p.ld_C + n0;
-  constexpr int NB = kRefillBatches, KB = K / NB;
-  static_assert(K % NB == 0, "the batches divide the chunk");
-  // walk-order batch j (steps K-1-j·KB down to K-KB-j·KB) of the chunk the row pointers are
-  // at, minus `back` chunks; of a chunk with nk < K steps before T, the rows past T read its
-  // first row (a valid address; the walk zeroes what they give)
-  auto load = [&](CarryBatch<T, KB>& r, int j, int back, int nk) {
+  const int64_t last = p.n_ckpt - 1;  // the walk's first chunk (it may end past T)
+  const int last_nk = int(p.T - last * K);
+  auto rows = [&](int64_t c) { return b * p.T + c * K; };
+  auto steps = [&](int64_t c) { return c == last ? last_nk : K; };
+  int to_edge = int(last % p.piece_chunks);  // chunks left before a piece's first chunk
+
+  // Walk chunk c from `in`: steps past T have δ = dy = C = 0.
+  auto walk = [&](int64_t c, const CarryChunk<T, K>& in) {
+    const int nk = steps(c);
+    // the backward kernels' transform of step `lane`: δ (0 past T), dy with the gate folded in
+    const float x = as_f32(in.x), g = lane < nk ? as_f32(in.g) : 0.f;
+    const float zv = p.z && lane < nk ? as_f32(in.zv) : 0.f;
+    const float dl_own = lane < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
+    const float dy_own = p.z ? g * act_silu(zv) : g;
 #pragma unroll
-    for (int i = 0; i < KB; ++i) {
-      const int k = K - 1 - (j * KB + i);
-      const int64_t row = int64_t(k < nk ? k : 0) - int64_t(back) * K;
-      r.x[i] = __ldg(dp + row * p.ld_delta);
-      r.g[i] = __ldg(gp + row * p.ld_dy);
-      if (gate) r.zv[i] = __ldg(zp + row * ld_z);
-      r.c[i] = load_quad(cp + row * p.ld_C, VC, nvalid);
+    for (int k = K - 1; k >= 0; --k) {  // the walk's adjoint step
+      const float dl = shfl_idx(dl_own, src0 + k);
+      const float dyv = shfl_idx(dy_own, src0 + k);
+      const float cv = live && k < nk ? as_f32(in.cv[k]) : 0.f;
+      const float dA = expm<E>(dl * a);
+      dh = fmaf(dAn, dh, dyv * cv);
+      dAn = dA;
     }
-  };
-  // the backward kernels' transform and adjoint step (ckpt_kernels.cuh, the walk): steps
-  // past T have δ = dy = C = 0, so dA = 1 and (dh, dAn) pass through them unchanged
-  auto walk = [&](const CarryBatch<T, KB>& r, int j, int nk) {
-#pragma unroll
-    for (int i = 0; i < KB; ++i) {
-      const bool in = K - 1 - (j * KB + i) < nk;
-      const float x = as_f32(r.x[i]);
-      const float dl = in ? (BIAS ? act_softplus(x + bias) : x) : 0.f;
-      float dyv = in ? as_f32(r.g[i]) : 0.f;
-      if (gate) dyv = dyv * act_silu(in ? as_f32(r.zv[i]) : 0.f);
-      const float cv[4] = {in ? quad_f32<0>(r.c[i]) : 0.f, in ? quad_f32<1>(r.c[i]) : 0.f,
-                           in ? quad_f32<2>(r.c[i]) : 0.f, in ? quad_f32<3>(r.c[i]) : 0.f};
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const float dA = expm<E>(dl * a[s]);
-        dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
-        dAn[s] = dA;
+    if (to_edge == 0) {  // c = (piece + 1)·piece_chunks: the state entering piece `piece`
+      if (live) {
+        float* out = p.carry + 2 * (c / p.piece_chunks - 1) * plane + state_off;
+        out[0] = dh;
+        out[plane] = dAn;
       }
-    }
-  };
-  // after chunk c: the carries entering piece c / pc - 1 where c is a piece's first chunk
-  int64_t to_edge = last % pc;
-  auto edge = [&](int64_t c) {
-    if (to_edge == 0) {
-      float* o = out + 2 * (c / pc - 1) * plane;
-      store_states<4>(o, p.vec_state, nvalid, dh);
-      store_states<4>(o + plane, p.vec_state, nvalid, dAn);
-      to_edge = pc;
+      to_edge = int(p.piece_chunks);
     }
     --to_edge;
   };
-  auto step_back = [&] {
-    dp -= K * p.ld_delta;
-    gp -= K * p.ld_dy;
-    zp -= K * ld_z;
-    cp -= K * p.ld_C;
-  };
-  // one chunk from the ring; `next`: the following walked chunk's first batches load beside it
-  auto chunk = [&](CarryBatch<T, KB>(&ring)[NB], int nk, bool next) {
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      const int jl = j + NB - 1;  // the batch loaded now: this chunk's last, or the next's
-      if (jl < NB) load(ring[jl], jl, 0, nk);
-      else if (next) load(ring[jl - NB], jl - NB, 1, K);
-      walk(ring[j], j, nk);
-    }
-  };
-  CarryBatch<T, KB> ring[NB];
-#pragma unroll
-  for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0, last_nk);
-  const bool more = last > pc;  // more than one chunk to walk
-  if (more) chunk(ring, last_nk, true);
-  else chunk(ring, last_nk, false);
-  edge(last);
-  if (!more) return;
-  step_back();
-  int64_t c = last - 1;
-  for (; c > pc; --c) {  // every chunk whose next walked chunk exists: whole, before T
-    chunk(ring, K, true);
-    edge(c);
-    step_back();
-  }
-  chunk(ring, K, false);  // c == pc, the last walked
-  edge(c);
-}
 
-// grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads (one thread per
-// (b, d, 4 states)); K = the plan's steps per chunk. Walks chunks n_ckpt-1 down to
-// piece_chunks; after chunk c = p·piece_chunks (p >= 1) it writes
-// carry[p - 1] = (dh, dAn) [B, di, ds]. One kernel per variant of the walk (BIAS: Δraw with
-// its softplus; VC: C by 4-element vectors, which the launcher checked): with the variants as
-// branches of one kernel ptxas gave every thread the registers of the largest (255 and 140
-// bytes of spill in bf16; one variant alone: 142-184 registers, no spill).
-template <class T, scan::ExpMath E, int K, bool BIAS, bool VC>
-__global__ void __launch_bounds__(kRefillThreads) ckpt_piece_carry_kernel(CkptPieceCarryArgs<T> p) {
-  const StateQuad q = state_quad(p.di, p.ds);
-  if (q.d >= p.di) return;
-  const int64_t state_off = (q.b * p.di + q.d) * p.ds + q.n0;
-  float a[4], dh[4] = {0.f, 0.f, 0.f, 0.f}, dAn[4] = {1.f, 1.f, 1.f, 1.f};  // dA_T := 1
-  state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
-  if (p.dh_final) load_states<4>(p.dh_final + state_off, p.vec_state, q.nvalid, dh);
-  // VC holds for a thread with 4 states; one with fewer (d_state % 4 != 0 makes vec_c false
-  // for all) never runs a VC instance
-  carry_walk<T, E, K, BIAS, VC>(p, q.b, q.d, q.n0, q.nvalid, a, dh, dAn, p.carry + state_off);
+  // chunks last down to piece_chunks
+  walk_chunks_ping_pong<CarryChunk<T, K>>(
+      last, last - p.piece_chunks + 1, -1,
+      [&](int64_t c, CarryChunk<T, K>& in) {
+        load_carry_chunk<T, K>(p, rows(c), steps(c), d, lane, col, in);
+      },
+      walk);
 }
 
 // ---- the forward's pieces --------------------------------------------------------------
@@ -189,7 +204,8 @@ __global__ void __launch_bounds__(kRefillThreads) ckpt_piece_carry_kernel(CkptPi
 // (δ = softplus(Δraw + bias) or Δ; 0 past T), and writes h before chunk p·piece_chunks
 // (p >= 1) into that chunk's saved checkpoint, where the piece's walk reads it and which
 // it would have written there anyway: y, the checkpoints and h_final keep the bits of one
-// walk (the refill repeats the forward's arithmetic, op for op).
+// walk. The same 16-lane layout as the carry pass: lane j computes (δ, δ·u) of step j of
+// the chunk, every lane walks its own state.
 template <class V>  // V: the storage type
 struct CkptPieceStateArgs : StatePassHead<V> {
   const V* u;                   // [B*T, ld_u]
@@ -200,27 +216,76 @@ struct CkptPieceStateArgs : StatePassHead<V> {
   const float* h0;              // [B, di, ds] or null
   int64_t n_ckpt, piece_chunks;
   float* ckpt;                  // [B, n_ckpt, di, ds]: the forward's checkpoints (G = 1)
-  int64_t c_lo, c_hi;           // the walk: chunks c_lo = 0 .. c_hi - 2, c_hi - 1 = the last
-                                // piece's first chunk (refill_walk's fields)
-  bool vec_b;                   // B rows as 4-element vectors (alignment checked)
-  bool vec_state;               // ds % 4 == 0: h0 and the states as float4
 };
 
-// grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads (one thread per
-// (b, d, 4 states), as the refill); K = the plan's steps per chunk. Walks chunks 0 up to
-// (pieces - 1)·piece_chunks - 1 (all whole: the last piece holds the chunk past T) with the
-// refill's walk (refill_kernels.cuh), from h0; before chunk c = p·piece_chunks (p >= 1) it
-// writes ckpt[b, c, d, :] = h.
+// One chunk's inputs as one lane holds them: Δ (or Δraw) and u of step `lane` of the chunk,
+// and its own state's B column for all K steps (loaded as the carry pass loads).
+template <class T, int K>
+struct StateChunk {
+  T x, uv;
+  T bv[K];
+};
+
+template <class T, int K>
+__device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p, int64_t r0,
+                                                 int nk, int64_t d, int lane, int col,
+                                                 StateChunk<T, K>& in) {
+  const int64_t r = chunk_row(r0, nk, lane);
+  in.x = __ldg(p.delta + r * p.ld_delta + d);
+  in.uv = __ldg(p.u + r * p.ld_u + d);
+  load_chunk_column<T, K>(p.Bm, p.ld_B, r0, nk, col, in.bv);
+}
+
+// grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
+// (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks 0 up to
+// (pieces - 1)·piece_chunks - 1 (all whole: the last piece holds the chunk past T); before
+// chunk c = p·piece_chunks (p >= 1) it writes ckpt[b, c, d, :] = h.
 template <class T, scan::ExpMath E, int K>
-__global__ void __launch_bounds__(kRefillThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
-  const StateQuad q = state_quad(p.di, p.ds);
-  if (q.d >= p.di) return;
-  float a[4], h[4] = {0.f, 0.f, 0.f, 0.f};
-  state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
-  if (p.h0) load_states<4>(p.h0 + (q.b * p.di + q.d) * p.ds + q.n0, p.vec_state, q.nvalid, h);
-  // the refill's walk over chunks c_lo = 0 .. c_hi - 2, writing at the pieces' edges only
-  float* out = p.ckpt + ((q.b * p.n_ckpt) * p.di + q.d) * p.ds + q.n0;  // slot 0 of this row
-  refill_walk_variant<T, E, K, true>(p, q.b, q.d, q.n0, q.nvalid, a, h, out, p.piece_chunks);
+__global__ void __launch_bounds__(kCarryThreads) ckpt_piece_state_kernel(CkptPieceStateArgs<T> p) {
+  static_assert(K <= kCarryLanes, "a lane computes the transform of one step of a chunk");
+  const CarryThread th = carry_thread<E>(p.di, p.ds, p.a_neg, p.delta_bias);
+  const int64_t b = th.b, d = th.d;
+  const int lane = th.lane, src0 = th.src0, col = th.col;
+  const bool live = th.live;
+  const float a = th.a, bias = th.bias;
+
+  float h = live && p.h0 ? __ldg(p.h0 + (b * p.di + d) * p.ds + lane) : 0.f;
+  const int64_t n_pieces = (p.n_ckpt + p.piece_chunks - 1) / p.piece_chunks;
+  const int64_t c_end = (n_pieces - 1) * p.piece_chunks;  // the last piece's first chunk
+  // ckpt[b, c, d, lane]
+  float* row = p.ckpt + ((b * p.n_ckpt) * p.di + d) * p.ds + lane;
+  const int64_t chunk_step = p.di * p.ds;
+  auto rows = [&](int64_t c) { return b * p.T + c * K; };
+  int to_edge = int(p.piece_chunks) - 1;  // chunks left before the next piece
+
+  // Walk chunk c (whole: c < c_end <= n_ckpt - 1) from `in`.
+  auto walk = [&](int64_t c, const StateChunk<T, K>& in) {
+    // the forward kernels' per-step scalars of step `lane`: δ and δ·u (lanes past K: 0)
+    const float x = as_f32(in.x), uv = lane < K ? as_f32(in.uv) : 0.f;
+    const float dl_own = lane < K ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
+    const float du_own = dl_own * uv;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {  // the forward's step
+      const float dl = shfl_idx(dl_own, src0 + k);
+      const float du = shfl_idx(du_own, src0 + k);
+      const float bv = live ? as_f32(in.bv[k]) : 0.f;
+      const float dA = expm<E>(dl * a);
+      h = fmaf(dA, h, du * bv);
+    }
+    if (to_edge == 0) {  // the state before chunk c + 1, a piece's first
+      if (live) row[(c + 1) * chunk_step] = h;
+      to_edge = int(p.piece_chunks);
+    }
+    --to_edge;
+  };
+
+  // chunks 0 up to c_end - 1
+  walk_chunks_ping_pong<StateChunk<T, K>>(
+      0, c_end, 1,
+      [&](int64_t c, StateChunk<T, K>& in) {
+        load_state_chunk<T, K>(p, rows(c), K, d, lane, col, in);
+      },
+      walk);
 }
 
 }  // namespace mc::kern::scan_detail

@@ -137,49 +137,16 @@ __host__ __device__ inline int64_t refill_blocks_per_sample(int64_t di, int64_t 
   return (di * q + kRefillThreads - 1) / kRefillThreads;
 }
 
-// The (b, d, 4 states) a thread of a per-state pass serves (this refill, and the passes of
-// piece_kernels.cuh; grid B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads):
-// states n0 .. n0 + nvalid - 1 of channel d of sample b; none where d >= di.
-struct StateQuad {
-  int64_t b, d;
-  int n0, nvalid;
-};
-__device__ __forceinline__ StateQuad state_quad(int64_t di, int64_t ds) {
-  const int64_t Q = (ds + 3) / 4;
-  const int64_t nb = refill_blocks_per_sample(di, ds);
-  StateQuad t;
-  t.b = int64_t(blockIdx.x) / nb;
-  const int64_t local = (int64_t(blockIdx.x) - t.b * nb) * kRefillThreads + int64_t(threadIdx.x);
-  t.d = local / Q;
-  t.n0 = int(local - t.d * Q) * 4;
-  t.nvalid = int(ds - t.n0 < 4 ? ds - t.n0 : 4);
-  return t;
-}
-
-// The thread's coefficients exp_coef<E>(A[d, n0 + s]) (0 past d_state).
-template <scan::ExpMath E>
-__device__ __forceinline__ void state_coefs(const float* a_neg, const StateQuad& q, int64_t ds,
-                                            bool vec_state, float (&a)[4]) {
-  load_vec<4>(a_neg + q.d * ds + q.n0, vec_state && q.nvalid == 4, q.nvalid, a);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
-}
-
 // The walk of one thread over chunks c_lo .. c_hi-1, from h (the state before chunk c_lo),
 // writing the state before each chunk from `out` on (this thread's row of slot 0). BIAS (Δ's
 // softplus) and VB (B by 4-element vector loads) are compile-time, so that no step branches
 // on them; the last walked chunk is peeled off the loop, so that every load in the loop is
 // unconditional (the 2026-12-06 twelfth-session notes: the per-step branches and the
-// conditional loads of the next chunk). EDGES (the state pass of the forward's pieces,
-// piece_kernels.cuh, with c_lo = 0): only the states before chunks `every`, 2·every, ... are
-// written, each into its chunk's slot; the others (slot c_lo's too) are left as they are.
-// Args: CkptRefillArgs, or any kernel arguments with its δ, u, B, shape, c_lo, c_hi and
-// vec_state fields (the state pass's: read from the kernel's parameters, not copied into
-// registers, which made the f32 state pass spill).
-template <class T, scan::ExpMath E, int K, bool BIAS, bool VB, bool EDGES = false, class Args>
-__device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d, int n0,
-                                            int nvalid, const float (&a)[4], float (&h)[4],
-                                            float* out, int64_t every = 1) {
+// conditional loads of the next chunk).
+template <class T, scan::ExpMath E, int K, bool BIAS, bool VB>
+__device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t b, int64_t d,
+                                            int n0, int nvalid, const float (&a)[4],
+                                            float (&h)[4], float* out) {
   const float bias = BIAS ? __ldg(p.delta_bias + d) : 0.f;
   const int64_t plane = p.di * p.ds;
   const T* dp = p.delta + (b * p.T + p.c_lo * K) * p.ld_delta + d;
@@ -211,19 +178,9 @@ __device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d,
       h[3] = fmaf(expm<E>(dl * a[3]), h[3], du * quad_f32<3>(r.b[k]));
     }
   };
-  // the state before the chunk whose slot `out` is at: every chunk's, or with EDGES every
-  // `every`-th chunk's from chunk c_lo + 1 on
-  int64_t to_edge = every;
-  auto store = [&] {
-    if constexpr (EDGES) {
-      if (--to_edge != 0) return;
-      to_edge = every;
-    }
-    store_states<4>(out, p.vec_state, nvalid, h);
-  };
   // Chunk c is walked iff chunk c + 1 exists (its state is wanted), so its K steps are < T.
   RefillBatch<T, KB> ring[NB];
-  if constexpr (!EDGES) store_states<4>(out, p.vec_state, nvalid, h);  // before chunk c_lo
+  store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_lo
   if (p.c_lo + 1 >= p.c_hi) return;
 #pragma unroll
   for (int j = 0; j < NB - 1; ++j) load(ring[j], j, 0);
@@ -240,7 +197,7 @@ __device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d,
     up += K * p.ld_u;
     bp += K * p.ld_B;
     out += plane;
-    store();  // the state before chunk c + 1
+    store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c + 1
   }
   // the last walked chunk: only its own last batch is still to load
 #pragma unroll
@@ -249,25 +206,7 @@ __device__ __forceinline__ void refill_walk(const Args& p, int64_t b, int64_t d,
     walk(ring[j]);
   }
   out += plane;
-  store();  // the state before chunk c_hi - 1
-}
-
-// refill_walk in the variant of the arguments: one branch a thread (four instances of the
-// walk in the calling kernel), on Δ's softplus and on B by vectors (vec_b, for threads with
-// 4 states).
-template <class T, scan::ExpMath E, int K, bool EDGES = false, class Args>
-__device__ __forceinline__ void refill_walk_variant(const Args& p, int64_t b, int64_t d, int n0,
-                                                    int nvalid, const float (&a)[4],
-                                                    float (&h)[4], float* out,
-                                                    int64_t every = 1) {
-  const bool vb = p.vec_b && nvalid == 4;
-  if (p.delta_bias) {
-    if (vb) refill_walk<T, E, K, true, true, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
-    else refill_walk<T, E, K, true, false, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
-  } else {
-    if (vb) refill_walk<T, E, K, false, true, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
-    else refill_walk<T, E, K, false, false, EDGES>(p, b, d, n0, nvalid, a, h, out, every);
-  }
+  store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_hi - 1
 }
 
 // grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
@@ -275,16 +214,32 @@ __device__ __forceinline__ void refill_walk_variant(const Args& p, int64_t b, in
 // c_lo <= c < c_hi (c_hi - c_lo <= group).
 template <class T, scan::ExpMath E, int K>
 __global__ void __launch_bounds__(kRefillThreads) ckpt_refill_kernel(CkptRefillArgs<T> p) {
-  const StateQuad q = state_quad(p.di, p.ds);
-  if (q.d >= p.di) return;
-  const int64_t b = q.b, d = q.d;
-  const int n0 = q.n0, nvalid = q.nvalid;
+  const int64_t Q = (p.ds + 3) / 4;
+  const int64_t nb = refill_blocks_per_sample(p.di, p.ds);
+  const int64_t b = int64_t(blockIdx.x) / nb;
+  const int64_t local = (int64_t(blockIdx.x) - b * nb) * kRefillThreads + int64_t(threadIdx.x);
+  const int64_t d = local / Q;
+  if (d >= p.di) return;
+  const int n0 = int(local - d * Q) * 4;
+  const int nvalid = int(p.ds - n0 < 4 ? p.ds - n0 : 4);
+  const bool vs = p.vec_state && nvalid == 4;
+
   float a[4], h[4];
-  state_coefs<E>(p.a_neg, q, p.ds, p.vec_state, a);
+  load_vec<4>(p.a_neg + d * p.ds + n0, vs, nvalid, a);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) a[s] = exp_coef<E>(a[s]);
   load_states<4>(p.saved + ((b * p.n_saved + p.c_lo / p.group) * p.di + d) * p.ds + n0,
                  p.vec_state, nvalid, h);
   float* out = p.dense + (b * p.group * p.di + d) * p.ds + n0;  // slot 0 of this thread's row
-  refill_walk_variant<T, E, K>(p, b, d, n0, nvalid, a, h, out);
+  const bool vb = p.vec_b && nvalid == 4;
+  // One branch a thread, to the walk's variant (four instances of it in this kernel).
+  if (p.delta_bias) {
+    if (vb) refill_walk<T, E, K, true, true>(p, b, d, n0, nvalid, a, h, out);
+    else refill_walk<T, E, K, true, false>(p, b, d, n0, nvalid, a, h, out);
+  } else {
+    if (vb) refill_walk<T, E, K, false, true>(p, b, d, n0, nvalid, a, h, out);
+    else refill_walk<T, E, K, false, false>(p, b, d, n0, nvalid, a, h, out);
+  }
 }
 
 }  // namespace mc::kern::scan_detail
