@@ -227,22 +227,32 @@ int64_t effective_ld(const char* fn, const char* name, int64_t ld, int64_t cols)
 }
 
 namespace {
-// The plan's own choice of channels per thread at d_state <= 16 (measured on the H200 at
-// T 2048, d_state 16, B 8; docs/performance-notes.md, "2026-12-04"):
+// The plan's own choice of channels per thread at d_state <= 16:
 // - forward: one channel a thread everywhere (the tile plan was slower at d_inner 1536 and
-//   2048 in f32, and won 8 % only at bf16 d_inner 4096);
-// - backward: the tile plan at 4 channels a thread once the one-channel plan's blocks
-//   (3 an SM) need more than one wave of kPlanSMs SMs: at d_inner 2048 it took 1197 /
-//   1246 us against 1660 / 1705 (f32 / bf16), at 4096 2372 / 2469 against 2639 / 2706; at
-//   d_inner 1536 (384 blocks, one wave) the one-channel plan stays faster (955 against 1151).
+//   2048 in f32, and won 8 % only at bf16 d_inner 4096; H200, docs/performance-notes.md,
+//   "2026-12-04");
+// - backward: whichever plan needs fewer waves of blocks, a wave of each weighted by what it
+//   costs. One-channel blocks (32 channels) run 3 an SM: a wave is 3 x kPlanSMs blocks. Tile
+//   blocks at 4 channels a thread (128 channels) run one an SM: a wave is kPlanSMs blocks,
+//   and it takes ~1.27x a one-channel wave (T 2048, d_state 16, backward: H100 bf16 1253
+//   against 992 us, f32 2505 against 1945; H200 bf16 1246 against 985). Measured over nine
+//   grids from 384 to 1536 one-channel blocks (H100, docs/performance-notes.md, "2026-12-07,
+//   seventeenth session") this picks the faster plan at every grid in bf16, and in f32 at all
+//   but two where the plans are within 2 %. The rule it replaced (the tile plan as soon as the
+//   one-channel plan needs a second wave) lost 1.25-1.5x at 576-768 one-channel blocks
+//   (B 12-16 at d_inner 1536, B 8 at 2560-3072), where the tile plan needs two waves too.
 // A pure function of the shape: kPlanSMs is the H100/H200 SXM's 132 whatever the device, so
 // the bits depend on the shape alone.
 constexpr int64_t kPlanSMs = 132;
+constexpr int64_t kTileWaveCost = 127, kOneChannelWaveCost = 100;  // relative, per wave
+int64_t waves(int64_t blocks, int64_t slots) { return (blocks + slots - 1) / slots; }
 int auto_channels_per_thread(const scan::Shape& s, bool backward) {
   if (!backward) return 1;
-  constexpr int64_t cb = kCkptMaxThreads / 4;  // the one-channel plan's block: 4 lanes a channel
-  const int64_t one_channel_blocks = s.B * ((s.di + cb - 1) / cb);
-  return one_channel_blocks > kCkptBwdMinBlocks * kPlanSMs ? 4 : 1;
+  constexpr int64_t cb1 = kCkptMaxThreads / 4;  // the one-channel plan's block: 4 lanes a channel
+  constexpr int64_t cb4 = tile_cb(4);
+  const int64_t one_channel = waves(s.B * ((s.di + cb1 - 1) / cb1), kCkptBwdMinBlocks * kPlanSMs);
+  const int64_t tile = waves(s.B * ((s.di + cb4 - 1) / cb4), kPlanSMs);
+  return kTileWaveCost * tile < kOneChannelWaveCost * one_channel ? 4 : 1;
 }
 }  // namespace
 

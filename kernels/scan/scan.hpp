@@ -23,7 +23,8 @@
 //                 reaches device memory. Supports every fused epilogue. Two plans
 //                 (geometry()): one channel a thread, and at d_state <= 16 the tile
 //                 plan (2..4 channels x 4 states a thread), which the backward takes
-//                 where the one-channel blocks would need a second wave of the SMs.
+//                 where it needs fewer waves of the SMs than one channel a thread,
+//                 each of its waves counted as 1.27 one-channel waves (host.cu).
 //   Chunked       the seed parallel kernels: one block per (b, d), h_saved
 //                 [B, T+1, di, ds] written after every step. Cross-check route.
 //   Sequential    one thread per (b, d), d_state <= 64, h_saved written.

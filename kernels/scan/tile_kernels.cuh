@@ -16,9 +16,10 @@
 // per SM. Measured on the H200 (docs/performance-notes.md, "2026-12-04"): where
 // that leaves one warp per scheduler it issues at ~0.3 instructions a cycle
 // (latency it cannot hide) and loses to the one-channel plan (B 8, d_inner 1536);
-// where the one-channel plan needs more than one wave of blocks it wins the
-// backward (d_inner 2048: 1.37–1.39x, 4096: 1.10x), which is where the plan
-// (host.cu) uses it.
+// where the one-channel plan needs more waves of blocks than this plan it wins
+// the backward (d_inner 2048: 1.37–1.39x, 4096: 1.10x), and where both need two
+// waves it loses (B 16, d_inner 1536 on the H100: 1.27x); the plan (host.cu)
+// weighs the waves.
 //
 // Thread layout. A block is kTileWarps warps; lane l of warp w is group
 // grp = l / 4, lane j = l % 4 of its group. The group owns the DT consecutive

@@ -1523,17 +1523,23 @@ TEST(ScanContract, TilePlanChannelsPerThread) {
         .channels_per_thread;
   };
   // the plan's own choice (host.cu): the forward one channel a thread; the backward the
-  // tile plan at 4 once the one-channel blocks (32 channels, 3 an SM) need a second wave
-  // of 132 SMs
+  // plan with fewer waves of 132 SMs, a tile wave (128-channel blocks, 1 an SM) counted as
+  // 1.27 one-channel waves (32-channel blocks, 3 an SM)
   auto fwd_cpt = [](int64_t B, int64_t di) {
     return scan::geometry(scan::Shape{B, 2048, di, 16}, Route::Checkpointed, false)
         .channels_per_thread;
   };
-  EXPECT_EQ(cpt(8, 1536, 16), 1);   // 384 blocks: one wave
-  EXPECT_EQ(cpt(8, 1600, 16), 4);   // 400 blocks
-  EXPECT_EQ(cpt(8, 2048, 16), 4);
-  EXPECT_EQ(cpt(8, 4096, 16), 4);
-  EXPECT_EQ(cpt(1, 4096, 16), 1);   // 128 blocks
+  // one-channel blocks (waves) against tile blocks (waves)
+  EXPECT_EQ(cpt(8, 1536, 16), 1);   // 384 (1) against 96 (1)
+  EXPECT_EQ(cpt(8, 1600, 16), 4);   // 400 (2) against 104 (1)
+  EXPECT_EQ(cpt(8, 2048, 16), 4);   // 512 (2) against 128 (1)
+  EXPECT_EQ(cpt(12, 1536, 16), 1);  // 576 (2) against 144 (2)
+  EXPECT_EQ(cpt(16, 1536, 16), 1);  // 768 (2) against 192 (2)
+  EXPECT_EQ(cpt(8, 3072, 16), 1);   // 768 (2) against 192 (2)
+  EXPECT_EQ(cpt(8, 4096, 16), 4);   // 1024 (3) against 256 (2)
+  EXPECT_EQ(cpt(32, 1536, 16), 4);  // 1536 (4) against 384 (3)
+  EXPECT_EQ(cpt(8, 4352, 16), 1);   // 1088 (3) against 272 (3)
+  EXPECT_EQ(cpt(1, 4096, 16), 1);   // 128 (1) against 32 (1)
   EXPECT_EQ(cpt(8, 4096, 17), 1);   // the tile plan serves d_state <= 16 only
   EXPECT_EQ(fwd_cpt(8, 4096), 1);
   EXPECT_EQ(cpt(8, 1536, 256), 1);
