@@ -2,7 +2,8 @@
 # six_block_k8.sh — A/B of the experiment in six_block_k8.patch (the d_state <= 16 backward at
 # 8-step chunks with launch bounds for 6 blocks an SM) against an unpatched build, on a GPU,
 # through scripts/gpu_session.sh's abscan phase. Not part of the project's build: the notes'
-# "sixteenth session" holds its prediction.
+# "sixteenth session" holds its prediction, "seventeenth session" its result (slower
+# everywhere; twice the warps raised the issue rate only from 62 to 65 %).
 #
 # Build the experiment's library on a build dir of this checkout, keep it, and restore:
 #   git apply docs/experiments/six_block_k8.patch && cmake --build build --target mc_kernels
