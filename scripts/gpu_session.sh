@@ -35,6 +35,12 @@
 #             same cases when its module is built -> peer_scan_b<B>.json
 #   ncu       Nsight Compute (--clock-control none) on the checkpointed scan kernels at
 #             T 2048, d_state 16, f32 and bf16 -> logs/ncu_scan.txt
+#   ncubwd    Nsight Compute report of one checkpointed backward (B 8, d_inner 1536, T 2048,
+#             d_state 16, bf16, one walk :p1): stall reasons, scheduler and instruction
+#             statistics, per-instruction source counters, shared-memory wavefronts and bank
+#             conflicts -> ncu_bwd.ncu-rep, logs/ncu_bwd_details.txt and the SASS source page
+#             ncu_bwd_sass.csv (scripts/ncu_sass_opcodes.py reads it); NCUBWD_ARGS replaces
+#             the bench_scan case arguments
 #   ncutile   Nsight Compute on the d_state <= 16 tile kernels at T 2048 (B 8, d_inner 1536):
 #             one forward and one backward launch each of f32 and bf16, the sections that
 #             say what bounds them -> logs/ncu_tile_<op>_<dtype>.txt
@@ -166,6 +172,16 @@ for p in "${phases[@]}"; do
         --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters \
         "$build/bench/bench_scan" --cases=2048:16 --routes=checkpointed-hw --dtypes=f32,bf16 \
         --benchmark_min_time=0.001 --benchmark_filter='scan_(fwd|bwd)/' ;;
+    ncubwd)
+      run_phase ncu_bwd ncu --clock-control none --kernel-name regex:ckpt_bwd --launch-count 1 \
+        --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        --section SourceCounters --section Occupancy --section MemoryWorkloadAnalysis_Tables \
+        -f -o "$out/ncu_bwd" "$build/bench/bench_scan" \
+        ${NCUBWD_ARGS:---cases=2048:16 --routes=checkpointed-hw:p1 --dtypes=bf16} \
+        --benchmark_filter=scan_bwd --benchmark_min_time=0.01
+      run_phase ncu_bwd_details ncu --import "$out/ncu_bwd.ncu-rep" --page details
+      run_phase ncu_bwd_sass sh -c 'ncu --import "$1" --page source --csv --print-source sass > "$2"' \
+        _ "$out/ncu_bwd.ncu-rep" "$out/ncu_bwd_sass.csv" ;;
     ncutrain)
       run_phase ncu_train ncu --clock-control none --csv --launch-count 80 \
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
