@@ -245,14 +245,15 @@ namespace {
 // the bits depend on the shape alone.
 constexpr int64_t kPlanSMs = 132;
 constexpr int64_t kTileWaveCost = 127, kOneChannelWaveCost = 100;  // relative, per wave
-int64_t waves(int64_t blocks, int64_t slots) { return (blocks + slots - 1) / slots; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int auto_channels_per_thread(const scan::Shape& s, bool backward) {
   if (!backward) return 1;
   constexpr int64_t cb1 = kCkptMaxThreads / 4;  // the one-channel plan's block: 4 lanes a channel
   constexpr int64_t cb4 = tile_cb(4);
-  const int64_t one_channel = waves(s.B * ((s.di + cb1 - 1) / cb1), kCkptBwdMinBlocks * kPlanSMs);
-  const int64_t tile = waves(s.B * ((s.di + cb4 - 1) / cb4), kPlanSMs);
-  return kTileWaveCost * tile < kOneChannelWaveCost * one_channel ? 4 : 1;
+  const int64_t one_channel_waves =
+      ceil_div(s.B * ceil_div(s.di, cb1), kCkptBwdMinBlocks * kPlanSMs);
+  const int64_t tile_waves = ceil_div(s.B * ceil_div(s.di, cb4), kPlanSMs);
+  return kTileWaveCost * tile_waves < kOneChannelWaveCost * one_channel_waves ? 4 : 1;
 }
 }  // namespace
 
