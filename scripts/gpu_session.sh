@@ -41,6 +41,9 @@
 #             conflicts -> ncu_bwd.ncu-rep, logs/ncu_bwd_details.txt and the SASS source page
 #             ncu_bwd_sass.csv (scripts/ncu_sass_opcodes.py reads it); NCUBWD_ARGS replaces
 #             the bench_scan case arguments
+#   planbench the backward at T 2048, d_state 16 with the plan's channels per thread against
+#             one channel a thread (:cpt1) and the tile plan (:cpt4) forced, at PLAN_SHAPES
+#             (default 16x1536 8x2048 12x1536 8x4096, B x d_inner) -> bench_scan_plan_*.json
 #   ncutile   Nsight Compute on the d_state <= 16 tile kernels at T 2048 (B 8, d_inner 1536):
 #             one forward and one backward launch each of f32 and bf16, the sections that
 #             say what bounds them -> logs/ncu_tile_<op>_<dtype>.txt
@@ -150,6 +153,15 @@ for p in "${phases[@]}"; do
             --module "$so" --batch $bb --cases ${SMALL_CASES:-2048:16,8192:16} \
             --out "$out/peer_scan_b$bb.json"
         fi
+      done ;;
+    planbench)
+      # the backward's plan (kernels/scan/host.cu: one channel a thread or the tile plan, by
+      # waves) against both plans forced, at shapes on either side of its rule (PLAN_SHAPES,
+      # BxDINNER) -> bench_scan_plan_<B>x<d_inner>.json
+      for sh in ${PLAN_SHAPES:-16x1536 8x2048 12x1536 8x4096}; do
+        run_phase "bench_scan_plan_$sh" "$build/bench/bench_scan" --json="$out/bench_scan_plan_$sh.json" \
+          --batch=${sh%x*} --d_inner=${sh#*x} --cases=2048:16 --dtypes=${PLAN_DTYPES:-bf16,f32} \
+          --routes=checkpointed-hw,checkpointed-hw:cpt1,checkpointed-hw:cpt4 --benchmark_filter=scan_bwd
       done ;;
     ncutile)
       for op in fwd bwd; do for dt in f32 bf16; do
