@@ -56,6 +56,8 @@
 #             -> bench_scan_ab_{new,old}_{1,2}.json; with AB_NCU=1 also Nsight Compute on
 #             the first AB_NCU_LAUNCHES (default 2) scan launches of each -> logs/ncu_ab_*.txt;
 #             the build's library is restored after
+#   cmd       sh -c "$PHASE_CMD" between two phases (e.g. to swap the library a later phase
+#             uses, depending on an earlier phase's log)
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
@@ -260,6 +262,8 @@ for p in "${phases[@]}"; do
       run_phase bench_train_step "$build/bench/bench_train_step" --json="$out/bench_train_step.json" ;;
     quickbench)
       run_phase bench_scan_quick "$build/bench/bench_scan" --json="$out/bench_scan_quick.json" ;;
+    cmd)
+      run_phase cmd sh -c "${PHASE_CMD:-true}" ;;
     *) echo "unknown phase $p"; status=2 ;;
   esac
 done

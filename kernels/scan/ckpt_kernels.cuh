@@ -55,6 +55,8 @@
 // instruction, and the pad puts them on distinct banks.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/scan/device.cuh"
 
 namespace mc::kern::scan_detail {
@@ -85,6 +87,16 @@ __host__ __device__ constexpr int ckpt_chunk(int S) { return S == 8 ? 8 : 16; }
 // T 2048, d_state 256 (H200, performance-notes.md): f32 backward 31.7 -> 25.7 ms.
 __host__ __device__ constexpr bool ckpt_single_bc(int S, size_t elem, bool backward) {
   return backward && S == 8 && elem == 4;
+}
+// Backward at 2-byte storage in the d_state <= 16 plan (S = 4, L = 4): the chunk's B/C rows
+// are staged once (one bf16/f16 buffer) and, after the chunk's first barrier, converted by the
+// block into one f32 copy [2][K][DP] that the recompute and the walk read. Each thread read
+// and unpacked its 4 B (and 4 C) values from 2-byte rows on every step (one integer op a
+// value: 12 a step of the recompute and the walk); the block now converts each value once
+// per chunk (4 a thread), for one more barrier a chunk and 1 KB more shared memory (the f32
+// copy 2 KB, the staged buffer 1 KB, against 2 staged buffers of 1 KB).
+__host__ __device__ constexpr bool ckpt_bc_f32(int S, int L, size_t elem, bool backward) {
+  return backward && elem == 2 && S == 4 && L == 4;
 }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128, 1 above (16 KB
@@ -143,7 +155,9 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 // Shared memory layout (bytes, every region 16-byte aligned), both directions:
 //   raw [2 buffers][n_act][K][RL] T     the staged activation rows (n_act tensors)
 //   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0); one
-//                                       buffer in the backward where ckpt_single_bc
+//                                       buffer in the backward where ckpt_single_bc; where
+//                                       ckpt_bc_f32, one buffer and then their f32 copy
+//                                       [2][K][DP] f32
 //   sc  [n_sc][K][SL] f32               the transformed per-(t, d) scalars
 //   out [n_ob][n_out][K][OL] f32        the per-(t, d) outputs of a chunk (y; dδ, du, dz),
 //                                       written to device memory by the whole block, one
@@ -198,8 +212,10 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   CkptSmem m;
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
-  const size_t bc_tiles = ckpt_single_bc(S, elem, backward) ? 2 : 4;
-  m.sc = m.bc + bc_tiles * smem_region(size_t(K) * g.ds_pad, elem);
+  const bool bc_f32 = ckpt_bc_f32(S, g.lanes, elem, backward);
+  const size_t bc_tiles = ckpt_single_bc(S, elem, backward) || bc_f32 ? 2 : 4;
+  m.sc = m.bc + bc_tiles * smem_region(size_t(K) * g.ds_pad, elem) +
+         (bc_f32 ? 2 * smem_region(size_t(K) * g.ds_pad, 4) : 0);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) *
                      smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb, g.lanes)), 4);
@@ -389,6 +405,17 @@ __device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds
   for (int e = int(threadIdx.x); e < tiles * K * pad; e += int(blockDim.x)) {
     const int t = e / (K * pad), r = (e / pad) % K, c = int(ds) + e % pad;
     bc[size_t(t) * buf + r * DP + c] = zero_elem<T>();
+  }
+}
+
+// n staged 2-byte values (n a multiple of 4, both rows 16-byte aligned) upcast into an f32
+// copy, 4 a thread and pass (block-cooperative; visible after the next __syncthreads()).
+template <class T>
+__device__ __forceinline__ void convert_rows_f32(float* dst, const T* src, int n) {
+  for (int e = 4 * int(threadIdx.x); e < n; e += 4 * int(blockDim.x)) {
+    float v[4];
+    smem_vec<4>(src + e, v);
+    *reinterpret_cast<float4*>(dst + e) = make_float4(v[0], v[1], v[2], v[3]);
   }
 }
 
@@ -639,6 +666,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
   constexpr bool SB = ckpt_single_bc(S, sizeof(T), true);  // one B/C buffer
+  constexpr bool FB = ckpt_bc_f32(S, L, sizeof(T), true);  // one B/C buffer and its f32 copy
   constexpr int QD = Q > 1 ? Q / 2 : 1;  // walked steps whose sums and outputs are stored together
   // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
@@ -670,6 +698,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * bwd_n_act(has_z) + i) * act_bytes);
   };
   auto bct = [&](int bf, int i) { return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes); };
+  // FB: the f32 copy of the chunk's B rows [K][DP], then its C rows, after the staged buffer
+  float* bc32 = reinterpret_cast<float*>(base + lay.bc + 2 * bc_bytes);
   float* sc_delta = reinterpret_cast<float*>(base + lay.sc);
   float* sc_u = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
   float* sc_dy = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
@@ -735,13 +765,14 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     if (has_z) store_chunk<T, CB>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(2), rows, m.cols_valid);
   };
   int wb = 0;  // wsum buffer
-  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds, SB ? 2 : 4);
+  zero_bc_padding<T>(bct(0, 0), K, DP, p.ds, SB || FB ? 2 : 4);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
   // chunk c's activation tiles (acts) into buffer bf and its B/C rows (bc) into buffer bf,
-  // or buffer 0 with one B/C buffer (SB), as one cp.async group. Without SB a chunk's tiles
-  // are staged together, beside the previous chunk's math; with SB the B/C rows follow
-  // after the previous chunk's last batch barrier (in the walk below).
+  // or buffer 0 with one B/C buffer (SB, FB), as one cp.async group. Without SB a chunk's
+  // tiles are staged together, beside the previous chunk's math (with FB after the barrier
+  // that ends the conversion of the chunk's B/C rows); with SB the B/C rows follow after the
+  // previous chunk's last batch barrier (in the walk below).
   auto stage = [&](int64_t c, int bf, bool acts, bool bc) {
     const int64_t r = row0 + c * K;
     const int rv = int(min(int64_t(K), p.T - c * K));
@@ -757,7 +788,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
                       g.async_act, act_map);
     }
     if (bc) {
-      const int bb = SB ? 0 : bf;
+      const int bb = SB || FB ? 0 : bf;
       stage_tile<T>(bct(bb, 0), DP, p.Bm + r * p.ld_B, p.ld_B, K, int(p.ds), rv, int(p.ds),
                     g.async_bc, bc_map);
       stage_tile<T>(bct(bb, 1), DP, p.Cm + r * p.ld_C, p.ld_C, K, int(p.ds), rv, int(p.ds),
@@ -776,6 +807,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
                    g.vec_state, m.nvalid, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
+    if constexpr (FB) {  // chunk c's B/C rows to f32, before chunk c-1's overwrite them
+      convert_rows_f32<T>(bc32, bct(0, 0), 2 * K * DP);
+      __syncthreads();
+    }
     if (c > (PIECES ? pw.c_lo : p.c_lo)) stage(c - 1, bf ^ 1, true, !SB);  // overlaps the math
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
     for (int k = m.j; k < K; k += L) {
@@ -797,8 +832,16 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       sc_dy[es] = dyv;
     }
     __syncwarp();
-    const T* Bt = bct(SB ? 0 : bf, 0) + m.n0;
-    const T* Ct = bct(SB ? 0 : bf, 1) + m.n0;
+    using BcElem = std::conditional_t<FB, float, T>;  // the rows the steps read
+    const BcElem* Bt;
+    const BcElem* Ct;
+    if constexpr (FB) {
+      Bt = bc32 + m.n0;
+      Ct = bc32 + K * DP + m.n0;
+    } else {
+      Bt = bct(SB ? 0 : bf, 0) + m.n0;
+      Ct = bct(SB ? 0 : bf, 1) + m.n0;
+    }
 
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
     // states and y stay in registers and are stored after the group's last step: a
