@@ -88,15 +88,17 @@ __host__ __device__ constexpr int ckpt_chunk(int S) { return S == 8 ? 8 : 16; }
 __host__ __device__ constexpr bool ckpt_single_bc(int S, size_t elem, bool backward) {
   return backward && S == 8 && elem == 4;
 }
-// Backward at 2-byte storage in the d_state <= 16 plan (S = 4, L = 4): the chunk's B/C rows
-// are staged once (one bf16/f16 buffer) and, after the chunk's first barrier, converted by the
-// block into one f32 copy [2][K][DP] that the recompute and the walk read. Each thread read
-// and unpacked its 4 B (and 4 C) values from 2-byte rows on every step (one integer op a
-// value: 12 a step of the recompute and the walk); the block now converts each value once
-// per chunk (4 a thread), for one more barrier a chunk and 1 KB more shared memory (the f32
-// copy 2 KB, the staged buffer 1 KB, against 2 staged buffers of 1 KB).
-__host__ __device__ constexpr bool ckpt_bc_f32(int S, int L, size_t elem, bool backward) {
-  return backward && elem == 2 && S == 4 && L == 4;
+// 2-byte storage in the d_state <= 16 plan (S = 4, L = 4): after the first barrier of a
+// chunk (backward) or stage (forward) the block converts its staged B/C rows into one f32
+// copy [2][rows][DP] that the steps read. Without it every thread read and unpacked its 4 B
+// and 4 C values from 2-byte rows on every step (one integer op a value: 8 a forward step,
+// 12 a step of the backward's recompute and walk); the block now converts each value once
+// (4 a thread and chunk, 8 a thread and forward stage), for one more barrier a chunk or
+// stage. Shared memory: the backward stages its B/C rows in one 2-byte buffer, not two (the
+// conversion ends before the next chunk's rows are staged), so it grows by 1 KB; the
+// forward keeps two buffers and grows by the 4 KB copy.
+__host__ __device__ constexpr bool ckpt_bc_f32(int S, int L, size_t elem) {
+  return elem == 2 && S == 4 && L == 4;
 }
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128, 1 above (16 KB
@@ -156,8 +158,8 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //   raw [2 buffers][n_act][K][RL] T     the staged activation rows (n_act tensors)
 //   bc  [2 buffers][2][K][DP] T         the staged B and C rows (columns >= ds are 0); one
 //                                       buffer in the backward where ckpt_single_bc; where
-//                                       ckpt_bc_f32, one buffer and then their f32 copy
-//                                       [2][K][DP] f32
+//                                       ckpt_bc_f32, then their f32 copy [2][K][DP] f32
+//                                       (after one buffer in the backward, two in the forward)
 //   sc  [n_sc][K][SL] f32               the transformed per-(t, d) scalars
 //   out [n_ob][n_out][K][OL] f32        the per-(t, d) outputs of a chunk (y; dδ, du, dz),
 //                                       written to device memory by the whole block, one
@@ -212,8 +214,8 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   CkptSmem m;
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
-  const bool bc_f32 = ckpt_bc_f32(S, g.lanes, elem, backward);
-  const size_t bc_tiles = ckpt_single_bc(S, elem, backward) || bc_f32 ? 2 : 4;
+  const bool bc_f32 = ckpt_bc_f32(S, g.lanes, elem);
+  const size_t bc_tiles = ckpt_single_bc(S, elem, backward) || (bc_f32 && backward) ? 2 : 4;
   m.sc = m.bc + bc_tiles * smem_region(size_t(K) * g.ds_pad, elem) +
          (bc_f32 ? 2 * smem_region(size_t(K) * g.ds_pad, 4) : 0);
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
@@ -465,6 +467,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
   constexpr int FS = ckpt_fwd_stage(DP, K, sizeof(T)), KF = FS * K;  // checkpoints / steps per stage
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   constexpr bool DY = fwd_defers_y(L);
+  constexpr bool FB = ckpt_bc_f32(S, L, sizeof(T));  // the stage's B/C rows as an f32 copy
   static_assert(!DY || KF % kYSumSteps == 0, "y rounds: 2 steps per lane of 4");
   extern __shared__ float smem[];
   // Without PIECES every use below reads the code measured before pieces existed (stages
@@ -488,6 +491,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     return reinterpret_cast<T*>(base + lay.raw + (size_t(bf) * fwd_n_act(has_z) + i) * act_bytes);
   };
   auto bct = [&](int bf, int i) { return reinterpret_cast<T*>(base + lay.bc + (2 * bf + i) * bc_bytes); };
+  // FB: the f32 copy of the stage's B rows [KF][DP], then its C rows, after the two buffers
+  float* bc32 = reinterpret_cast<float*>(base + lay.bc + 4 * bc_bytes);
   float* sc_delta = reinterpret_cast<float*>(base + lay.sc);
   float* sc_du = reinterpret_cast<float*>(base + lay.sc + sc_bytes);
   float* sc_skip = reinterpret_cast<float*>(base + lay.sc + 2 * sc_bytes);
@@ -552,6 +557,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
     cp_async_wait_all();
     __syncthreads();  // stage c's tiles are in buffer bf; every thread is done with stage c-1
     if (c + 1 < (PIECES ? fw.s_hi : n_stage)) stage(c + 1, bf ^ 1);  // overlaps this stage's math
+    if constexpr (FB) {  // stage c's B/C rows to f32 (every thread is done with stage c-1's)
+      convert_rows_f32<T>(bc32, bct(bf, 0), 2 * KF * DP);
+      __syncthreads();
+    }
     if (c > (PIECES ? fw.s_lo : 0))  // stage c-1's y, one coalesced pass
       store_chunk<T, CB, OL>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1),
                              KF, m.cols_valid);
@@ -567,8 +576,16 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       if (has_z) sc_gate[es] = act_silu(smem_f32(raw(bf, 2)[e]));
     }
     __syncwarp();
-    const T* Bt = bct(bf, 0) + m.n0;
-    const T* Ct = bct(bf, 1) + m.n0;
+    using BcElem = std::conditional_t<FB, float, T>;  // the rows the steps read
+    const BcElem* Bt;
+    const BcElem* Ct;
+    if constexpr (FB) {
+      Bt = bc32 + m.n0;
+      Ct = bc32 + KF * DP + m.n0;
+    } else {
+      Bt = bct(bf, 0) + m.n0;
+      Ct = bct(bf, 1) + m.n0;
+    }
     // The stage's y stay in registers until its last step: a shared-memory store inside
     // the step loop would order every later step's loads after it (the compiler cannot
     // tell the regions apart), serialising the steps; without it they overlap.
@@ -666,7 +683,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   constexpr int NO = Q * 2 * DP;  // one warp's sums of one batch
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
   constexpr bool SB = ckpt_single_bc(S, sizeof(T), true);  // one B/C buffer
-  constexpr bool FB = ckpt_bc_f32(S, L, sizeof(T), true);  // one B/C buffer and its f32 copy
+  constexpr bool FB = ckpt_bc_f32(S, L, sizeof(T));  // one B/C buffer and its f32 copy
   constexpr int QD = Q > 1 ? Q / 2 : 1;  // walked steps whose sums and outputs are stored together
   // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
