@@ -15,8 +15,9 @@
 // Chunk pipeline (both directions): the inputs of chunk c+1 (δ/Δraw, u, z, dy of
 // the block's CB channels and the B/C rows, [K] steps each) are copied into one of
 // two shared-memory buffers with cp.async while chunk c is computed from the
-// other; no global load is ever on a step's critical path. Per chunk, lane j of a
-// group transforms steps k ≡ j (mod L) of its channel into f32 scalars [K][SL]
+// other; no global load is ever on a step's critical path (at 2-byte storage and
+// d_state <= 16 the B/C rows are then converted once to an f32 copy: ckpt_bc_f32). Per
+// chunk, lane j of a group transforms steps k ≡ j (mod L) of its channel into f32 scalars [K][SL]
 // (δ, with the fused softplus; u; the gate), so an activation is evaluated once
 // per (t, d), not once per lane. The K steps then run branch-free: steps past
 // T have δ = 0 (dA = 1) and zero B/C rows, so they leave every state unchanged,
