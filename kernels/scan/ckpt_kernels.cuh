@@ -101,17 +101,6 @@ __host__ __device__ constexpr bool ckpt_single_bc(int S, size_t elem, bool backw
 __host__ __device__ constexpr bool ckpt_bc_f32(int S, int L, size_t elem) {
   return elem == 2 && S == 4 && L == 4;
 }
-// Backward in the d_state <= 16 plan (S = 4, L = 4): each thread's checkpoint of chunk c-1
-// is copied into shared memory (cp.async, 16 bytes a thread) with chunk c-1's tiles, while
-// chunk c is computed, instead of loaded from device memory at the top of chunk c-1, where
-// its latency stood before the recompute (Nsight Compute, H100, B 8, d_inner 1536, T 2048:
-// long-scoreboard stalls were 15 % of the samples in the chunk's part before the walk).
-// 2 KB of shared memory a block, taken only where three blocks still fit an SM (ckpt_smem:
-// not at 2-byte storage with both the gate and the softplus fused, where the copy stays a
-// load at the top of the chunk).
-__host__ __device__ constexpr bool ckpt_staged_ckpt(int S, int L) { return S == 4 && L == 4; }
-constexpr size_t kSmemPerSm = 233472;     // sm_90: 228 KB of shared memory an SM
-constexpr size_t kSmemPerBlockRsv = 1024;  // reserved by the system for each resident block
 // Backward: steps per dB/dC batch (one block barrier each). 8 where a batch's warp sums
 // are small (DP <= 16: 8 KB double-buffered), 4 up to DP = 128, 1 above (16 KB
 // double-buffered at DP = 256; 4 steps were 64 KB and kept the block alone on its SM).
@@ -186,13 +175,11 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //                                       thread reads back only its own)
 //   wsum  [2][W][Q][2][DP] f32          per warp sums of dB (0) and dC (1), double-buffered
 //                                       across batches
-//   ck    [NT·S] f32                    where ckpt_staged_ckpt: each thread's checkpoint of
-//                                       the next chunk, copied with the chunk's tiles
 // forward only, at L = 4 (fwd_defers_y):
 //   ysum  [NT][kYSumRow] f32            per thread, the y partials of 8 steps: the
 //                                       group's four lanes add them after the stage
 struct CkptSmem {
-  size_t raw, bc, sc, out, hs, wsum, ck, ysum, total;  // byte offsets; total = size
+  size_t raw, bc, sc, out, hs, wsum, ysum, total;  // byte offsets; total = size
 };
 // Forward: at L = 4 lanes per channel the y of a stage's steps are summed over the
 // lanes after the stage, through shared memory (8 steps per round, each lane adds
@@ -236,11 +223,7 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) *
                      smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb, g.lanes)), 4);
   m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
-  m.ck = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
-  const size_t ck_bytes = smem_region(hs_step_floats(g, S), 4);
-  const bool ck = backward && ckpt_staged_ckpt(S, g.lanes) &&
-                  kCkptBwdMinBlocks * (m.ck + ck_bytes + kSmemPerBlockRsv) <= kSmemPerSm;
-  m.ysum = m.ck + (ck ? ck_bytes : 0);
+  m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
                           ? smem_region(size_t(32) * g.warps * kYSumRow, 4)
                           : 0);
@@ -702,7 +685,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   constexpr int RG = ckpt_recompute_group(S, L, K);  // recomputed steps held in registers
   constexpr bool SB = ckpt_single_bc(S, sizeof(T), true);  // one B/C buffer
   constexpr bool FB = ckpt_bc_f32(S, L, sizeof(T));  // one B/C buffer and its f32 copy
-  constexpr bool CK = ckpt_staged_ckpt(S, L);        // checkpoints staged with the tiles
   constexpr int QD = Q > 1 ? Q / 2 : 1;  // walked steps whose sums and outputs are stored together
   // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
@@ -748,7 +730,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // this thread's hs slots [K+1][S] (stride HS): slot i = the state before step i
   float* my_hs = reinterpret_cast<float*>(base + lay.hs) + size_t(threadIdx.x) * S;
   float* wsum = reinterpret_cast<float*>(base + lay.wsum);
-  float* my_ck = reinterpret_cast<float*>(base + lay.ck) + size_t(threadIdx.x) * S;  // CK
   // S states to / from slot i, as float4s (smem_vec reads shared-memory rows)
   auto put_states = [&](int i, const float(&v)[S]) { store_states<S>(my_hs + i * HS, true, S, v); };
   auto get_states = [&](int i, float(&v)[S]) { smem_vec<S>(my_hs + i * HS, v); };
@@ -802,11 +783,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     if (has_z) store_chunk<T, CB>(p.dz + r * p.ld_dz + m.d0, p.ld_dz, out_t(2), rows, m.cols_valid);
   };
   int wb = 0;  // wsum buffer
-  // chunk c's state (this thread's row of the saved states); CK: staged where it is whole
-  auto ckpt_row = [&](int64_t c) {
-    return p.ckpt + ((m.b * p.ckpt_slots + (c - p.ckpt_c0)) * p.di + m.d) * p.ds + m.n0;
-  };
-  const bool ck_async = CK && lay.ysum > lay.ck && g.vec_state && m.nvalid == S;
   zero_bc_padding<T>(bct(0, 0), K, DP, p.ds, SB || FB ? 2 : 4);
   const UnitMap act_map = unit_map<T>(CB), bc_map = unit_map<T>(int(p.ds));
 
@@ -828,7 +804,6 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       if (has_z)
         stage_tile<T>(raw(bf, 3), RL, p.z + r * p.ld_z + m.d0, p.ld_z, K, CB, rv, m.cols_valid,
                       g.async_act, act_map);
-      if (ck_async) cp_async16(my_ck, ckpt_row(c));
     }
     if (bc) {
       const int bb = SB || FB ? 0 : bf;
@@ -846,10 +821,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
     float hck[S];
-    if (!ck_async) load_states<S>(ckpt_row(c), g.vec_state, m.nvalid, hck);
+    load_states<S>(p.ckpt + ((m.b * p.ckpt_slots + (c - p.ckpt_c0)) * p.di + m.d) * p.ds + m.n0,
+                   g.vec_state, m.nvalid, hck);
     cp_async_wait_all();
-    // CK: read before the barriers below, behind which stage(c - 1) overwrites the row
-    if (ck_async) smem_vec<S>(my_ck, hck);
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if constexpr (FB) {  // chunk c's B/C rows to f32, before chunk c-1's overwrite them
       convert_rows_f32<T>(bc32, bct(0, 0), 2 * K * DP);
