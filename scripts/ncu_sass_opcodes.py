@@ -7,6 +7,11 @@ Nsight Compute source page exported as CSV:
 
 Prints, per opcode, the executed thread instructions divided by --elements (for
 example the output elements of the launch) and the share of the warp-stall samples.
+With --stalls, the warp-stall samples by reason (the stall_* columns); with --loops,
+the same per loop of the SASS (a backward branch spanning at least --min-loop bytes,
+outermost first): its warp instructions per --warp-steps (e.g. warps x steps: the
+instructions a warp issues per step in that loop), its share of the stall samples (a
+sampled warp's place, so roughly its share of the time) and its top stall reasons.
 Used for the per-element counts in docs/performance-notes.md."""
 import argparse
 import collections
@@ -32,6 +37,12 @@ def main():
     ap.add_argument("--kernel", type=int, default=0, help="index of the kernel block (0 = first)")
     ap.add_argument("--elements", type=float, required=True, help="divisor (e.g. output elements)")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--stalls", action="store_true", help="warp-stall samples by reason")
+    ap.add_argument("--loops", action="store_true", help="instructions and stalls per SASS loop")
+    ap.add_argument("--warp-steps", type=float, default=0.0,
+                    help="divisor of the per-loop warp instructions (default: --elements / 32)")
+    ap.add_argument("--min-loop", type=lambda v: int(v, 0), default=0x1000,
+                    help="smallest loop span in bytes that --loops reports")
     a = ap.parse_args()
     blocks = kernel_blocks(open(a.csv).read())
     if not blocks or a.kernel >= len(blocks):
@@ -57,6 +68,50 @@ def main():
     print(f"warp instructions {total}, thread instructions per element {total * 32 / a.elements:.2f}")
     for op, n in ops.most_common(a.top):
         print(f"  {op:10s} {n * 32 / a.elements:6.2f} per element   stall samples {100 * samples[op] / max(total_s, 1):5.1f} %")
+    reasons = [k for k in h if k.startswith("stall_") and "Not Issued" not in k]
+
+    def num(r, i):
+        try:
+            return float(r[i].replace(",", "") or 0)
+        except ValueError:
+            return 0.0
+
+    body = [r for r in rows[1:] if len(r) == len(h)]
+    if a.stalls:
+        by = collections.Counter()
+        for r in body:
+            for k in reasons:
+                by[k] += num(r, h.index(k))
+        tot = max(sum(by.values()), 1)
+        print("warp-stall samples by reason:")
+        for k, v in by.most_common(12):
+            print(f"  {k[6:]:18s} {100 * v / tot:5.1f} %")
+    if a.loops:
+        ai = h.index("Address")
+        base = int(body[0][ai], 16)
+        ins = []
+        for r in body:
+            st = {k: num(r, h.index(k)) for k in reasons}
+            ins.append((int(r[ai], 16) - base, r[si], num(r, ii), st))
+        tot = max(sum(sum(x[3].values()) for x in ins), 1)
+        per = a.warp_steps or a.elements / 32
+        print(f"loops (warp instructions per {per:.0f}, share of the stall samples):")
+        for off, src, _, _ in ins:
+            m = re.search(r"BRA (?:\S+, )?0x([0-9a-f]+)", src)
+            if not m:
+                continue
+            tgt = int(m.group(1), 16)
+            tgt = tgt - base if tgt >= base else tgt
+            if tgt > off or off - tgt < a.min_loop:
+                continue
+            sub = [x for x in ins if tgt <= x[0] <= off]
+            st = collections.Counter()
+            for x in sub:
+                st.update(x[3])
+            n = sum(st.values())
+            top = ", ".join(f"{k[6:]} {100 * v / max(n, 1):.0f}" for k, v in st.most_common(5))
+            print(f"  {tgt:#x}-{off:#x}: {sum(x[2] for x in sub) / per:7.1f}   stalls "
+                  f"{100 * n / tot:5.1f} %   ({top})")
 
 
 if __name__ == "__main__":
