@@ -411,6 +411,23 @@ __device__ __forceinline__ void zero_bc_padding(T* bc, int K, int DP, int64_t ds
   }
 }
 
+// The B and C rows a chunk's (or stage's) steps read, at this thread's first state n0: the
+// f32 copy [2][rows][DP] (FB: ckpt_bc_f32) or the staged tiles themselves.
+template <bool FB, class T>
+struct BcRows {
+  using Elem = std::conditional_t<FB, float, T>;
+  const Elem* B;
+  const Elem* C;
+};
+template <bool FB, class T>
+__device__ __forceinline__ BcRows<FB, T> bc_rows(const float* bc32, const T* staged_b,
+                                                 const T* staged_c, int rows, int DP, int n0) {
+  if constexpr (FB)
+    return {bc32 + n0, bc32 + rows * DP + n0};
+  else
+    return {staged_b + n0, staged_c + n0};
+}
+
 // n staged 2-byte values (n a multiple of 4, both rows 16-byte aligned) upcast into an f32
 // copy, 4 a thread and pass (block-cooperative; visible after the next __syncthreads()).
 template <class T>
@@ -577,16 +594,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       if (has_z) sc_gate[es] = act_silu(smem_f32(raw(bf, 2)[e]));
     }
     __syncwarp();
-    using BcElem = std::conditional_t<FB, float, T>;  // the rows the steps read
-    const BcElem* Bt;
-    const BcElem* Ct;
-    if constexpr (FB) {
-      Bt = bc32 + m.n0;
-      Ct = bc32 + KF * DP + m.n0;
-    } else {
-      Bt = bct(bf, 0) + m.n0;
-      Ct = bct(bf, 1) + m.n0;
-    }
+    const BcRows<FB, T> bcr = bc_rows<FB>(bc32, bct(bf, 0), bct(bf, 1), KF, DP, m.n0);
+    const auto* Bt = bcr.B;
+    const auto* Ct = bcr.C;
     // The stage's y stay in registers until its last step: a shared-memory store inside
     // the step loop would order every later step's loads after it (the compiler cannot
     // tell the regions apart), serialising the steps; without it they overlap.
@@ -850,16 +860,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       sc_dy[es] = dyv;
     }
     __syncwarp();
-    using BcElem = std::conditional_t<FB, float, T>;  // the rows the steps read
-    const BcElem* Bt;
-    const BcElem* Ct;
-    if constexpr (FB) {
-      Bt = bc32 + m.n0;
-      Ct = bc32 + K * DP + m.n0;
-    } else {
-      Bt = bct(SB ? 0 : bf, 0) + m.n0;
-      Ct = bct(SB ? 0 : bf, 1) + m.n0;
-    }
+    const int bb = SB ? 0 : bf;
+    const BcRows<FB, T> bcr = bc_rows<FB>(bc32, bct(bb, 0), bct(bb, 1), K, DP, m.n0);
+    const auto* Bt = bcr.B;
+    const auto* Ct = bcr.C;
 
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
     // states and y stay in registers and are stored after the group's last step: a
