@@ -86,6 +86,14 @@ run_phase() {  # name, command...
   [ $rc -ne 0 ] && status=1
   return 0
 }
+# A build staged elsewhere (scripts/stage_build.sh rewrites its CTest files to the stage
+# folder) and unpacked here: point its CTest files at this folder, or ctest finds no tests
+# (2026-12-07: a tests phase failed that way in 0 s)
+staged_at=$(sed -n 's/^# Build directory: //p' "$build/CTestTestfile.cmake" 2>/dev/null)
+if [ -n "$staged_at" ] && [ "$staged_at" != "$build" ]; then
+  echo "=== CTest files name $staged_at: rewritten to $build"
+  find "$build" -name '*.cmake' -print0 | xargs -0 sed -i "s#$staged_at#$build#g"
+fi
 peer_dir="$(cd "${PEER_DIR:-$root/.peer}" 2>/dev/null && pwd || echo "${PEER_DIR:-$root/.peer}")"
 peer_build_pid=""
 peer_conv_pid=""
