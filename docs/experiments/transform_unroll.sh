@@ -9,7 +9,11 @@
 # waits: each trip loads, converts and stores one step). The unrolled loops issue their loads
 # together; ptxas spills more in the bf16 backward (16/24 -> 28/48 bytes) and the kernel
 # grows by 336 instructions (the instruction cache already missed: 7.7 % no_instruction).
-# Prediction: the backward 2-4 % faster if the spill stays off the walk; the forward unchanged.
+# The forward's transform loop (8 trips a stage) is worse: 5.2 warp instructions a step and
+# 19.7 % of the forward's stall samples (short-scoreboard 34 %, wait 25 %; ncu of the bf16
+# forward, same shape, reports/h100/data/session-2026-12-07-eighteenth/call2-staged-ckpt).
+# Prediction: the backward 2-4 % faster if the spill stays off the walk; the forward 5-15 %
+# faster, unless its shared-memory pipe (79 % busy) takes over.
 #
 # Build the experiment's library on a build dir of this checkout, keep it, and restore:
 #   git apply docs/experiments/transform_unroll.patch && cmake --build build --target mc_kernels
