@@ -9,9 +9,10 @@ Prints, per opcode, the executed thread instructions divided by --elements (for
 example the output elements of the launch) and the share of the warp-stall samples.
 With --stalls, the warp-stall samples by reason (the stall_* columns); with --loops,
 the same per loop of the SASS (a backward branch spanning at least --min-loop bytes,
-outermost first): its warp instructions per --warp-steps (e.g. warps x steps: the
-instructions a warp issues per step in that loop), its share of the stall samples (a
-sampled warp's place, so roughly its share of the time) and its top stall reasons.
+in the order of the loops' closing branches): its warp instructions per --warp-steps
+(e.g. warps x steps: the instructions a warp issues per step in that loop), its share
+of the stall samples (a sampled warp's place, so roughly its share of the time) and its
+top stall reasons.
 Used for the per-element counts in docs/performance-notes.md."""
 import argparse
 import collections
@@ -68,7 +69,10 @@ def main():
     print(f"warp instructions {total}, thread instructions per element {total * 32 / a.elements:.2f}")
     for op, n in ops.most_common(a.top):
         print(f"  {op:10s} {n * 32 / a.elements:6.2f} per element   stall samples {100 * samples[op] / max(total_s, 1):5.1f} %")
-    reasons = [k for k in h if k.startswith("stall_") and "Not Issued" not in k]
+    if not (a.stalls or a.loops):
+        return
+    # each instruction's stall samples by reason, parsed once for both reports
+    reasons = [(k, i) for i, k in enumerate(h) if k.startswith("stall_") and "Not Issued" not in k]
 
     def num(r, i):
         try:
@@ -76,24 +80,18 @@ def main():
         except ValueError:
             return 0.0
 
+    ai = h.index("Address")
     body = [r for r in rows[1:] if len(r) == len(h)]
+    base = int(body[0][ai], 16)
+    ins = [(int(r[ai], 16) - base, r[si], num(r, ii),
+            collections.Counter({k: num(r, i) for k, i in reasons})) for r in body]
+    tot = max(sum(sum(x[3].values()) for x in ins), 1)
     if a.stalls:
-        by = collections.Counter()
-        for r in body:
-            for k in reasons:
-                by[k] += num(r, h.index(k))
-        tot = max(sum(by.values()), 1)
+        by = sum((x[3] for x in ins), collections.Counter())
         print("warp-stall samples by reason:")
         for k, v in by.most_common(12):
             print(f"  {k[6:]:18s} {100 * v / tot:5.1f} %")
     if a.loops:
-        ai = h.index("Address")
-        base = int(body[0][ai], 16)
-        ins = []
-        for r in body:
-            st = {k: num(r, h.index(k)) for k in reasons}
-            ins.append((int(r[ai], 16) - base, r[si], num(r, ii), st))
-        tot = max(sum(sum(x[3].values()) for x in ins), 1)
         per = a.warp_steps or a.elements / 32
         print(f"loops (warp instructions per {per:.0f}, share of the stall samples):")
         for off, src, _, _ in ins:
@@ -105,14 +103,11 @@ def main():
             if tgt > off or off - tgt < a.min_loop:
                 continue
             sub = [x for x in ins if tgt <= x[0] <= off]
-            st = collections.Counter()
-            for x in sub:
-                st.update(x[3])
+            st = sum((x[3] for x in sub), collections.Counter())
             n = sum(st.values())
             top = ", ".join(f"{k[6:]} {100 * v / max(n, 1):.0f}" for k, v in st.most_common(5))
             print(f"  {tgt:#x}-{off:#x}: {sum(x[2] for x in sub) / per:7.1f}   stalls "
                   f"{100 * n / tot:5.1f} %   ({top})")
-
 
 if __name__ == "__main__":
     main()
