@@ -860,7 +860,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       sc_dy[es] = dyv;
     }
     __syncwarp();
-    const int bb = SB ? 0 : bf;
+    const int bb = SB || FB ? 0 : bf;  // the staged buffer of chunk c's B/C rows (as in stage)
     const BcRows<FB, T> bcr = bc_rows<FB>(bc32, bct(bb, 0), bct(bb, 1), K, DP, m.n0);
     const auto* Bt = bcr.B;
     const auto* Ct = bcr.C;
