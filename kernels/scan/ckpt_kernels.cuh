@@ -479,6 +479,14 @@ __device__ __forceinline__ FwdPiece fwd_piece(const CkptFwdArgs<V>& p, const Ckp
 // KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
 // checkpoints saved with G = 1; scan.hpp, "Pieces of the forward"): piece p walks stages
 // p·g.piece_stages .. from the state ckpt_piece_state_kernel saved before its first chunk.
+// The forward's per-stage transform loop unrolled: only where a device A/B measured it faster.
+// H100, B 8, d_inner 1536, T 2048, two runs each (docs/performance-notes.md, nineteenth
+// session): the one-channel plan's f32 forward with the accurate exponential 807 -> 758 µs;
+// the same unroll made the f32 hardware-exp forward 247 -> 263 µs and bf16 253 -> 285 µs.
+template <class T, int S, int L, scan::ExpMath E, bool PIECES>
+inline constexpr bool kUnrollFwdTransform =
+    sizeof(T) == 4 && S == 4 && L == 4 && E == scan::ExpMath::Accurate && !PIECES;
+
 template <class T, int S, int L, scan::ExpMath E, int K, bool PIECES = false>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
@@ -583,7 +591,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       store_chunk<T, CB, OL>(p.y + (row0 + t0 - KF) * p.ld_y + m.d0, p.ld_y, out_y(bf ^ 1),
                              KF, m.cols_valid);
     // per-(t, d) scalars, lane j of the group takes steps k ≡ j (mod L)
-    for (int k = m.j; k < KF; k += L) {
+    auto transform_step = [&](int k) {
       const int e = k * RL + m.ch, es = k * SL + m.ch;
       const float x = smem_f32(raw(bf, 0)[e]);
       const float dl = k < nk ? (p.delta_bias ? act_softplus(x + bias) : x) : 0.f;
@@ -592,6 +600,13 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
       sc_du[es] = dl * uv;
       sc_skip[es] = __fmul_rn(Dd, uv);
       if (has_z) sc_gate[es] = act_silu(smem_f32(raw(bf, 2)[e]));
+    };
+    if constexpr (kUnrollFwdTransform<T, S, L, E, PIECES>) {
+      static_assert(KF % L == 0, "the unrolled transform: whole rounds of L steps");
+#pragma unroll
+      for (int i = 0; i < KF / L; ++i) transform_step(m.j + i * L);
+    } else {
+      for (int k = m.j; k < KF; k += L) transform_step(k);
     }
     __syncwarp();
     const BcRows<FB, T> bcr = bc_rows<FB>(bc32, bct(bf, 0), bct(bf, 1), KF, DP, m.n0);
