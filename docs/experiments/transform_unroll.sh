@@ -3,7 +3,7 @@
 # per-chunk transform loops, `for k = j; k < K; k += L`, unrolled to their fixed trip count)
 # against an unpatched build, on a GPU, through scripts/gpu_session.sh's abscan phase. Not part
 # of the project's build; written and checked on the CPU in the eighteenth session (emulation
-# 61/61 with the same device-to-host hash), never run on a device (no device time was left).
+# 61/61 with the same device-to-host hash); first run on a device in the nineteenth session.
 # Why: Nsight Compute (H100, B 8, d_inner 1536, T 2048, bf16) put 7.9 % of the backward's stall
 # samples in that loop for 7 warp instructions a step (short-scoreboard and fixed-latency
 # waits: each trip loads, converts and stores one step). The unrolled loops issue their loads
@@ -14,6 +14,13 @@
 # forward, same shape, reports/h100/data/session-2026-12-07-eighteenth/call2-staged-ckpt).
 # Prediction: the backward 2-4 % faster if the spill stays off the walk; the forward 5-15 %
 # faster, unless its shared-memory pipe (79 % busy) takes over.
+#
+# Measured in the nineteenth session (H100, docs/performance-notes.md, "nineteenth session"):
+# wrong in sign but for one instance. The unrolled build was slower in the bf16 forward
+# (253 -> 285 µs), the f32 hardware-exp forward (247 -> 263) and every backward (bf16 966 -> 990).
+# It was faster only in the one-channel f32 forward with the accurate exponential (807 -> 758).
+# That one instance keeps the unroll (166a24a, kUnrollFwdTransform in ckpt_kernels.cuh).
+# The patch applies to 054da3f; its forward hunk conflicts with 166a24a.
 #
 # Build the experiment's library on a build dir of this checkout, keep it, and restore:
 #   git apply docs/experiments/transform_unroll.patch && cmake --build build --target mc_kernels
