@@ -474,11 +474,6 @@ __device__ __forceinline__ FwdPiece fwd_piece(const CkptFwdArgs<V>& p, const Ckp
   return w;
 }
 
-// grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
-// b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
-// KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
-// checkpoints saved with G = 1; scan.hpp, "Pieces of the forward"): piece p walks stages
-// p·g.piece_stages .. from the state ckpt_piece_state_kernel saved before its first chunk.
 // The forward's per-stage transform loop unrolled: only where a device A/B measured it faster.
 // H100, B 8, d_inner 1536, T 2048, two runs each (docs/performance-notes.md, nineteenth
 // session): the one-channel plan's f32 forward with the accurate exponential 807 -> 758 µs;
@@ -487,6 +482,11 @@ template <class T, int S, int L, scan::ExpMath E, bool PIECES>
 inline constexpr bool kUnrollFwdTransform =
     sizeof(T) == 4 && S == 4 && L == 4 && E == scan::ExpMath::Accurate && !PIECES;
 
+// grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
+// b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
+// KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
+// checkpoints saved with G = 1; scan.hpp, "Pieces of the forward"): piece p walks stages
+// p·g.piece_stages .. from the state ckpt_piece_state_kernel saved before its first chunk.
 template <class T, int S, int L, scan::ExpMath E, int K, bool PIECES = false>
 __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T> p, CkptGeom g) {
   constexpr int CB = kCkptWarps * 32 / L, DP = L * S;
