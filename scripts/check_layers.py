@@ -35,6 +35,9 @@ ALLOWED = {
     # (its emulator is force-included by the build, never included by kernels/)
     "validation/emulation": {"core", "reference_cpu", "kernels", "gpu", "check",
                              "validation/support"},
+    # the SASS-count experiments (docs/experiments/count_sass.py compiles them one by one;
+    # no build target): their own shared helpers only
+    "docs/experiments": set(),
 }
 GENERATED = {"generated/build_info.hpp"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

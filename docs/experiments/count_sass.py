@@ -17,6 +17,7 @@ thread, except that branches over padding, which this walk does not have, would 
 import argparse, collections, os, re, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository: includes name their folder
 SRC = os.path.join(HERE, "minimal_bwd_walk.cu")
 TILE_SRC = os.path.join(HERE, "tile_bwd_walk.cu")
 
@@ -24,7 +25,7 @@ TILE_SRC = os.path.join(HERE, "tile_bwd_walk.cu")
 def compile_count(nvcc, k, dsum, tmp, src=SRC):
     cubin = os.path.join(tmp, f"w_{dsum}_{k}.cubin")
     r = subprocess.run([nvcc, "-arch=sm_90", "-O3", "-cubin", f"-DK={k}", f"-DMC_DSUM={dsum}",
-                        "-Xptxas", "-v", "-o", cubin, src], capture_output=True, text=True)
+                        "-I", ROOT, "-Xptxas", "-v", "-o", cubin, src], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"count_sass: nvcc failed (K={k}, MC_DSUM={dsum}):\n{r.stderr}")
     regs = re.search(r"Used (\d+) registers", r.stderr)

@@ -19,6 +19,8 @@
 // minus the count of K = 8 is exactly 8 steps of the walk.
 #include <cuda_runtime.h>
 
+#include "docs/experiments/walk_common.cuh"
+
 #ifndef K
 #define K 8
 #endif
@@ -29,24 +31,8 @@
 namespace {
 constexpr int S = 4, CB = 32, NT = 128;
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// One level of the reduce-scatter: keep half of the first N values, send the other half to
-// lane ^ M and add what it sends.
-template <int N, int M, int NV>
-__device__ __forceinline__ void rs_level(float (&v)[NV], int lane) {
-  const bool up = lane & M;
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) {
-    const float send = up ? v[i] : v[i + N / 2];
-    const float keep = up ? v[i + N / 2] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, M);
-  }
-}
+using walk_count::ex2;
+using walk_count::rs_level;
 
 struct __align__(16) Smem {
   float delta[K][CB], u[K][CB], dy[K][CB];  // the chunk's per-(t, d) scalars
@@ -69,13 +55,7 @@ __global__ void __launch_bounds__(NT, 3) minimal_bwd_walk(const float* __restric
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 3;
   const int ch = warp * 8 + (lane >> 2);
   float a[S], dh[S], dAn[S], dal[S];
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    a[s] = a_in[threadIdx.x * S + s];
-    dh[s] = 0.f;
-    dAn[s] = 1.f;
-    dal[s] = 0.f;
-  }
+  walk_count::init_walk<S>(a_in, a, dh, dAn, dal);
   float dD = 0.f;
   for (int c = 0; c < nchunks; ++c) {
     __syncthreads();

@@ -13,6 +13,8 @@
 // of K = 8 is exactly 8 steps.
 #include <cuda_runtime.h>
 
+#include "docs/experiments/walk_common.cuh"
+
 #ifndef K
 #define K 8
 #endif
@@ -21,24 +23,8 @@ namespace {
 constexpr int CT = 4, ST = 4, E = CT * ST;  // channels, states, recurrences a thread
 constexpr int NT = 128, CB = 64, SB = 32;    // threads, channels, states a block
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// One level of a reduce-scatter over lanes lane ^ M: keep half of the first N values, send the
-// other half and add what comes back.
-template <int N, int M, int NV>
-__device__ __forceinline__ void rs_level(float (&v)[NV], int lane) {
-  const bool up = lane & M;
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) {
-    const float send = up ? v[i] : v[i + N / 2];
-    const float keep = up ? v[i + N / 2] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, M);
-  }
-}
+using walk_count::ex2;
+using walk_count::rs_level;
 
 struct __align__(16) Smem {
   float delta[K][CB], u[K][CB], dy[K][CB];  // the chunk's per-(t, d) scalars
@@ -59,13 +45,7 @@ __global__ void __launch_bounds__(NT, 1) tile_bwd_walk(const float* __restrict__
   const int sq = lane & 7, cq = lane >> 3;
   const int c0 = warp * 16 + cq * CT, s0 = sq * ST;  // the thread's first channel and state
   float a[E], dh[E], dAn[E], dal[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    a[e] = a_in[threadIdx.x * E + e];
-    dh[e] = 0.f;
-    dAn[e] = 1.f;
-    dal[e] = 0.f;
-  }
+  walk_count::init_walk<E>(a_in, a, dh, dAn, dal);
   float dD[CT] = {0.f, 0.f, 0.f, 0.f};
   for (int c = 0; c < nchunks; ++c) {
     __syncthreads();
