@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """count_sass.py — SASS instructions a step of docs/experiments/minimal_bwd_walk.cu (CPU only).
 
-With --tile: of docs/experiments/tile_bwd_walk.cu instead (4 channels x 4 states a thread, the
-layout counted for d_state > 16), at K = 8 and 16, per step and per element (16 a thread).
+With --tile: of docs/experiments/tile_bwd_walk.cu instead (4 or 2 channels x 4 states a
+thread, the layouts counted for d_state > 16), at K = 8 and 16, per step and per element.
 
 Compiles the walk for sm_90 with nvcc at K = 8 and K = 16 steps a chunk (fully unrolled), and
 counts its instructions with cuobjdump. The count for K = 16 minus the count for K = 8 is exactly
@@ -22,9 +22,10 @@ SRC = os.path.join(HERE, "minimal_bwd_walk.cu")
 TILE_SRC = os.path.join(HERE, "tile_bwd_walk.cu")
 
 
-def compile_count(nvcc, k, dsum, tmp, src=SRC):
-    cubin = os.path.join(tmp, f"w_{dsum}_{k}.cubin")
+def compile_count(nvcc, k, dsum, tmp, src=SRC, defs=()):
+    cubin = os.path.join(tmp, f"w_{dsum}_{k}_{'_'.join(defs)}.cubin")
     r = subprocess.run([nvcc, "-arch=sm_90", "-O3", "-cubin", f"-DK={k}", f"-DMC_DSUM={dsum}",
+                        *(f"-D{d}" for d in defs),
                         "-I", ROOT, "-Xptxas", "-v", "-o", cubin, src], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"count_sass: nvcc failed (K={k}, MC_DSUM={dsum}):\n{r.stderr}")
@@ -45,15 +46,17 @@ def main():
     ap.add_argument("--tile", action="store_true", help="count tile_bwd_walk.cu instead")
     a = ap.parse_args()
     if a.tile:
-        with tempfile.TemporaryDirectory() as tmp:
-            (o8, r8, s8), (o16, r16, s16) = (compile_count(a.nvcc, k, 0, tmp, TILE_SRC) for k in (8, 16))
-        step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
-        total = sum(step.values())
-        print(f"tile_bwd_walk (4 channels x 4 states a thread): registers {r8} (K 8) / {r16} (K 16), "
-              f"stack {s8} / {s16} bytes")
-        print(f"  walk: {total:.1f} instructions a step and thread; "
-              + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
-        print(f"  = {total / 16:.2f} an element (16 a thread)")
+        for ct in (4, 2):
+            with tempfile.TemporaryDirectory() as tmp:
+                (o8, r8, s8), (o16, r16, s16) = (
+                    compile_count(a.nvcc, k, 0, tmp, TILE_SRC, (f"CT={ct}",)) for k in (8, 16))
+            step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
+            total = sum(step.values())
+            print(f"tile_bwd_walk ({ct} channels x 4 states a thread): registers {r8} (K 8) / "
+                  f"{r16} (K 16), stack {s8} / {s16} bytes")
+            print(f"  walk: {total:.1f} instructions a step and thread; "
+                  + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
+            print(f"  = {total / (4 * ct):.2f} an element ({4 * ct} a thread)")
         return
     with tempfile.TemporaryDirectory() as tmp:
         res = {(k, d): compile_count(a.nvcc, k, d, tmp) for d in (0, 1, 2) for k in (8, 16)}
