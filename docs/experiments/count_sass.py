@@ -47,16 +47,18 @@ def main():
     a = ap.parse_args()
     if a.tile:
         for ct in (4, 2):
-            with tempfile.TemporaryDirectory() as tmp:
-                (o8, r8, s8), (o16, r16, s16) = (
-                    compile_count(a.nvcc, k, 0, tmp, TILE_SRC, (f"CT={ct}",)) for k in (8, 16))
-            step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
-            total = sum(step.values())
-            print(f"tile_bwd_walk ({ct} channels x 4 states a thread): registers {r8} (K 8) / "
-                  f"{r16} (K 16), stack {s8} / {s16} bytes")
-            print(f"  walk: {total:.1f} instructions a step and thread; "
-                  + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
-            print(f"  = {total / (4 * ct):.2f} an element ({4 * ct} a thread)")
+            for minb in (1, 3, 4):  # the register budget: 255, 168, 128 a thread
+                with tempfile.TemporaryDirectory() as tmp:
+                    (o8, r8, s8), (o16, r16, s16) = (
+                        compile_count(a.nvcc, k, 0, tmp, TILE_SRC, (f"CT={ct}", f"MINB={minb}"))
+                        for k in (8, 16))
+                step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
+                total = sum(step.values())
+                print(f"tile_bwd_walk ({ct} channels x 4 states a thread, launch bound {minb} "
+                      f"blocks): registers {r8} (K 8) / {r16} (K 16), stack {s8} / {s16} bytes")
+                print(f"  walk: {total:.1f} instructions a step and thread; "
+                      + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
+                print(f"  = {total / (4 * ct):.2f} an element ({4 * ct} a thread)")
         return
     with tempfile.TemporaryDirectory() as tmp:
         res = {(k, d): compile_count(a.nvcc, k, d, tmp) for d in (0, 1, 2) for k in (8, 16)}

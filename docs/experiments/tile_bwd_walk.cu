@@ -22,6 +22,9 @@
 #ifndef CT
 #define CT 4
 #endif
+#ifndef MINB  // blocks an SM that __launch_bounds__ asks for (sets the register budget)
+#define MINB 1
+#endif
 static_assert(CT == 4 || CT == 2, "channels a thread: 4 or 2");
 
 namespace {
@@ -50,7 +53,7 @@ struct __align__(16) Smem {
 
 // grid: any; block: 128 threads; dynamic shared memory sizeof(Smem). a: [128, 16].
 // Lane bits 0-2: the state quad (states 4·sq .. 4·sq+3); bits 3-4: the channel quad.
-__global__ void __launch_bounds__(NT, 1) tile_bwd_walk(const float* __restrict__ a_in, float* out,
+__global__ void __launch_bounds__(NT, MINB) tile_bwd_walk(const float* __restrict__ a_in, float* out,
                                                        int nchunks) {
   extern __shared__ __align__(16) unsigned char raw[];
   Smem& sm = *reinterpret_cast<Smem*>(raw);
