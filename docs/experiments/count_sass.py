@@ -14,7 +14,7 @@ usage: docs/experiments/count_sass.py [--nvcc PATH] [--tile]
 Static counts of straight-line code: every counted instruction is issued once a step by every
 thread, except that branches over padding, which this walk does not have, would count too.
 """
-import argparse, collections, os, re, subprocess, sys, tempfile
+import argparse, collections, os, re, shutil, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository: includes name their folder
@@ -40,11 +40,25 @@ def compile_count(nvcc, k, dsum, tmp, src=SRC, defs=()):
     return ops, int(regs.group(1)) if regs else -1, int(stack.group(1)) if stack else 0
 
 
+def per_unit(more, less, n):
+    """The per-opcode difference of two counts, divided by n (e.g. the 8 steps between K 16 and 8)."""
+    # opcodes in name order, so that equal counts print in the same order in every run
+    return collections.Counter({op: (more[op] - less[op]) / n for op in sorted(set(more) | set(less))})
+
+
+def ops_line(c, floor):
+    """The opcodes of a count, most first, those of at least `floor`."""
+    return ", ".join(f"{op} {n:g}" for op, n in c.most_common() if abs(n) >= floor)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--tile", action="store_true", help="count tile_bwd_walk.cu instead")
     a = ap.parse_args()
+    if shutil.which("cuobjdump") is None:
+        sys.exit("count_sass: cuobjdump is not on PATH (the Debian CUDA toolkit has none; PyPI's "
+                 "nvidia-cuda-cuobjdump wheel carries it)")
     if a.tile:
         for ct in (4, 2):
             for minb in (1, 3, 4):  # the register budget: 255, 168, 128 a thread
@@ -52,12 +66,11 @@ def main():
                     (o8, r8, s8), (o16, r16, s16) = (
                         compile_count(a.nvcc, k, 0, tmp, TILE_SRC, (f"CT={ct}", f"MINB={minb}"))
                         for k in (8, 16))
-                step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
+                step = per_unit(o16, o8, 8)
                 total = sum(step.values())
                 print(f"tile_bwd_walk ({ct} channels x 4 states a thread, launch bound {minb} "
                       f"blocks): registers {r8} (K 8) / {r16} (K 16), stack {s8} / {s16} bytes")
-                print(f"  walk: {total:.1f} instructions a step and thread; "
-                      + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
+                print(f"  walk: {total:.1f} instructions a step and thread; " + ops_line(step, 0.5))
                 print(f"  = {total / (4 * ct):.2f} an element ({4 * ct} a thread)")
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,18 +78,13 @@ def main():
     for d, name in ((0, "warp reduce-scatter (today's layout)"), (1, "shared-memory tile, summed after the chunk")):
         o8, r8, s8 = res[(8, d)]
         o16, r16, s16 = res[(16, d)]
-        step = collections.Counter({op: (o16[op] - o8[op]) / 8 for op in set(o16) | set(o8)})
-        extra = collections.Counter()
-        if d == 1:
-            o2 = res[(16, 2)][0]
-            extra = collections.Counter({op: (o16[op] - o2[op]) / 16 for op in set(o16) | set(o2)})
+        step = per_unit(o16, o8, 8)
+        extra = per_unit(o16, res[(16, 2)][0], 16) if d == 1 else collections.Counter()
         total = sum(step.values()) + sum(extra.values())
         print(f"MC_DSUM={d} ({name}): registers {r8} (K 8) / {r16} (K 16), stack {s8} / {s16} bytes")
-        print(f"  walk: {sum(step.values()):.1f} instructions a step and thread; "
-              + ", ".join(f"{op} {n:g}" for op, n in step.most_common() if abs(n) >= 0.5))
+        print(f"  walk: {sum(step.values()):.1f} instructions a step and thread; " + ops_line(step, 0.5))
         if d == 1:
-            print(f"  d-sums after the chunk: {sum(extra.values()):.1f} a step; "
-                  + ", ".join(f"{op} {n:g}" for op, n in extra.most_common() if abs(n) >= 0.25))
+            print(f"  d-sums after the chunk: {sum(extra.values()):.1f} a step; " + ops_line(extra, 0.25))
         print(f"  in all {total:.1f} a step = {total / 4:.1f} an element (4 states a thread)")
 
 
