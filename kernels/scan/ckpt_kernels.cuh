@@ -60,6 +60,10 @@
 
 #include "kernels/scan/device.cuh"
 
+#ifndef MC_SCAN_PREFETCH_CKPT
+#define MC_SCAN_PREFETCH_CKPT 0  // kPrefetchCkpt: 1 to build the experiment
+#endif
+
 namespace mc::kern::scan_detail {
 
 // ---- geometry shared by host and device --------------------------------------------
@@ -482,6 +486,12 @@ template <class T, int S, int L, scan::ExpMath E, bool PIECES>
 inline constexpr bool kUnrollFwdTransform =
     sizeof(T) == 4 && S == 4 && L == 4 && E == scan::ExpMath::Accurate && !PIECES;
 
+// The backward's next checkpoint loaded before the walk of the current chunk (its latency
+// hidden behind the walk) instead of at the top of the next chunk: an experiment, off until
+// a device A/B measures it (docs/performance-notes.md, twentieth session).
+template <class T, int S, int L, scan::ExpMath E, bool PIECES>
+inline constexpr bool kPrefetchCkpt = MC_SCAN_PREFETCH_CKPT && S == 4 && L == 4 && !PIECES;
+
 // grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
 // b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
 // KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
@@ -841,13 +851,19 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   };
   stage((PIECES ? pw.c_hi : p.c_hi) - 1, int(((PIECES ? pw.c_hi : p.c_hi) - 1) & 1), true, true);
 
+  // chunk cc's checkpoint (the state before its first step) into v
+  auto load_ckpt = [&](int64_t cc, float(&v)[S]) {
+    load_states<S>(p.ckpt + ((m.b * p.ckpt_slots + (cc - p.ckpt_c0)) * p.di + m.d) * p.ds + m.n0,
+                   g.vec_state, m.nvalid, v);
+  };
+  constexpr bool PF = kPrefetchCkpt<T, S, L, E, PIECES>;
+  float hck[S];
+  if constexpr (PF) load_ckpt((PIECES ? pw.c_hi : p.c_hi) - 1, hck);
   for (int64_t c = (PIECES ? pw.c_hi : p.c_hi) - 1; c >= (PIECES ? pw.c_lo : p.c_lo); --c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
-    float hck[S];
-    load_states<S>(p.ckpt + ((m.b * p.ckpt_slots + (c - p.ckpt_c0)) * p.di + m.d) * p.ds + m.n0,
-                   g.vec_state, m.nvalid, hck);
+    if constexpr (!PF) load_ckpt(c, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if constexpr (FB) {  // chunk c's B/C rows to f32, before chunk c-1's overwrite them
@@ -922,6 +938,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
             out_t(2)[(k0 + i) * CB + m.ch] = sc_fz[(k0 + i) * SL + m.ch] * yk[i];
       }
     }
+
+    // PF: the next chunk's checkpoint, in flight during this chunk's walk (hck is free now)
+    if constexpr (PF)
+      if (c > (PIECES ? pw.c_lo : p.c_lo)) load_ckpt(c - 1, hck);
 
     // walk the chunk backwards, all K steps, Q per dB/dC batch; steps past T have
     // dl = dy = 0: dA = 1 and dh, dAn (= 1), dal, dD unchanged, no dB/dC terms.
