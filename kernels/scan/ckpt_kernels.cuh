@@ -29,9 +29,10 @@
 // [B, n_ckpt, di, ds]; the final state to h_final.
 //
 // Backward, chunks from last to first (the pipeline stages chunk c-1 while chunk
-// c runs). Per chunk: reload the checkpoint,
-// recompute the chunk's K states into shared memory hs[K+1][thread][S] (one exp
-// per element; each thread reads back only its own), then walk the chunk backwards
+// c runs). Per chunk: reload the checkpoint (in the d_state <= 16 plan it was loaded
+// before the previous chunk's walk: kPrefetchCkpt), recompute the chunk's K states
+// into shared memory hs[K+1][thread][S] (one exp per element; each thread reads back
+// only its own), then walk the chunk backwards
 // with the carries dh = ∂L/∂h_{t+1} and dAn = dA_{t+1}:
 //   dh   = dAn·dh + dy·C                      (∂L/∂h_t)
 //   P    = dA·h_{t-1}   (dA recomputed: one more exp per element)
