@@ -50,13 +50,14 @@ struct Case {
   bool no_skip = false;  // D = null (checkpointed only)
   bool zero_h0 = false;  // h0 = null (checkpointed only)
   int cpt = 0;           // checkpointed, d_state <= 16: forced channels per thread (0 = plan's)
+  int64_t pieces = 0;    // checkpointed backward, d_state <= 16: forced pieces (0 = plan's)
   uint64_t seed = 1;
   std::string name() const {
     std::ostringstream os;
     os << to_string(dtype) << "_" << scan::to_string(route) << "_B" << B << "_T" << T << "_di"
        << di << "_ds" << ds << (xdbl ? "_xdbl" : "") << (chained ? "_chained" : "")
        << (no_skip ? "_noskip" : "") << (zero_h0 ? "_h0zero" : "")
-       << (cpt ? "_cpt" + std::to_string(cpt) : "");
+       << (cpt ? "_cpt" + std::to_string(cpt) : "") << (pieces ? "_p" + std::to_string(pieces) : "");
     return os.str();
   }
 };
@@ -127,6 +128,21 @@ inline std::vector<Case> cases() {
     c.ds = t.ds;
     c.cpt = t.cpt;
     c.chained = c.no_skip = c.zero_h0 = t.opts;
+    c.seed = 7000 + v.size();
+    v.push_back(c);
+  }
+  // one walk over every chunk (pieces = 1): the instance without pieces, which the plan
+  // gives grids of 198 blocks and more and the small shapes above never get (their
+  // backward is cut into one-chunk pieces); it loads each next checkpoint during the walk
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    Case c;
+    c.dtype = dt;
+    c.B = 2;
+    c.T = 41;
+    c.di = 19;
+    c.ds = 16;
+    c.chained = true;
+    c.pieces = 1;
     c.seed = 7000 + v.size();
     v.push_back(c);
   }
@@ -228,7 +244,7 @@ std::vector<Tensor> run_case(const Case& c) {
   gpu::DeviceBuffer<float> saved(nsaved, "saved"), hf(size_t(ns), "h_final"), dB(size_t(R * c.ds), "dB"),
       dC(size_t(R * c.ds), "dC"), dh0(size_t(ns), "dh0");
   gpu::DeviceBuffer<T> y(size_t(n), "y"), ddelta(size_t(n), "d_delta"), du(size_t(n), "du");
-  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, c.route, 0, c.cpt);
+  const size_t ws_bytes = scan::bwd_workspace_bytes(sh, c.route, 0, c.cpt, 1, c.pieces);
   gpu::DeviceBuffer<char> ws(ws_bytes ? ws_bytes : 1, "workspace");
   // Every output starts as all-ones bytes (NaN): an unwritten element differs.
   MC_CUDA_CHECK(cudaMemset(saved.get(), 0xff, saved.bytes()), "fill saved");
@@ -271,6 +287,7 @@ std::vector<Tensor> run_case(const Case& c) {
   b.dh0 = dh0.get();
   b.workspace = ws.get();
   b.workspace_bytes = ws_bytes;
+  b.pieces = c.pieces;
   scan::backward<T>(b, stream());
   MC_CUDA_CHECK(cudaDeviceSynchronize(), "scan_bits " + c.name());
 
