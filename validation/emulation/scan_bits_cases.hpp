@@ -106,43 +106,39 @@ inline std::vector<Case> cases() {
   for (const Shape& s : f32_shapes) add(DType::F32, s);
   for (DType dt : {DType::BF16, DType::F16})
     for (const Shape& s : typed_shapes) add(dt, s);
-  // the d_state <= 16 tile plan at each forced channels per thread (the shapes above are
-  // small enough that the plan's own choice is one channel a thread), with several channel
-  // blocks, the last partial
-  struct Tile {
+  // Checkpointed cases with a forced plan (the shapes above are small enough that the plan
+  // gives one channel a thread and, at d_state <= 16, cuts the backward into one-chunk
+  // pieces):
+  // - the d_state <= 16 tile plan at each forced channels per thread, with several channel
+  //   blocks, the last partial;
+  // - one walk over every chunk (pieces = 1): the instance without pieces, which the plan
+  //   gives grids of 198 blocks and more; it loads each next checkpoint during the walk.
+  // `opts` sets chained, no_skip and zero_h0 together.
+  struct Forced {
     DType dt;
     int64_t B, T, di, ds;
     int cpt;
-    bool opts;
+    int64_t pieces;
+    bool chained, opts;
   };
-  for (const Tile& t : {Tile{DType::F32, 2, 37, 300, 16, 4, false},
-                        Tile{DType::F32, 1, 41, 200, 13, 3, true},
-                        Tile{DType::BF16, 2, 33, 130, 16, 3, false},
-                        Tile{DType::F16, 1, 17, 19, 16, 4, true},
-                        Tile{DType::F32, 2, 29, 150, 16, 2, true}}) {
+  for (const Forced& f : {Forced{DType::F32, 2, 37, 300, 16, 4, 0, false, false},
+                          Forced{DType::F32, 1, 41, 200, 13, 3, 0, false, true},
+                          Forced{DType::BF16, 2, 33, 130, 16, 3, 0, false, false},
+                          Forced{DType::F16, 1, 17, 19, 16, 4, 0, false, true},
+                          Forced{DType::F32, 2, 29, 150, 16, 2, 0, false, true},
+                          Forced{DType::F32, 2, 41, 19, 16, 0, 1, true, false},
+                          Forced{DType::BF16, 2, 41, 19, 16, 0, 1, true, false},
+                          Forced{DType::F16, 2, 41, 19, 16, 0, 1, true, false}}) {
     Case c;
-    c.dtype = t.dt;
-    c.B = t.B;
-    c.T = t.T;
-    c.di = t.di;
-    c.ds = t.ds;
-    c.cpt = t.cpt;
-    c.chained = c.no_skip = c.zero_h0 = t.opts;
-    c.seed = 7000 + v.size();
-    v.push_back(c);
-  }
-  // one walk over every chunk (pieces = 1): the instance without pieces, which the plan
-  // gives grids of 198 blocks and more and the small shapes above never get (their
-  // backward is cut into one-chunk pieces); it loads each next checkpoint during the walk
-  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    Case c;
-    c.dtype = dt;
-    c.B = 2;
-    c.T = 41;
-    c.di = 19;
-    c.ds = 16;
-    c.chained = true;
-    c.pieces = 1;
+    c.dtype = f.dt;
+    c.B = f.B;
+    c.T = f.T;
+    c.di = f.di;
+    c.ds = f.ds;
+    c.cpt = f.cpt;
+    c.pieces = f.pieces;
+    c.chained = f.chained || f.opts;
+    c.no_skip = c.zero_h0 = f.opts;
     c.seed = 7000 + v.size();
     v.push_back(c);
   }
