@@ -488,14 +488,10 @@ inline constexpr bool kUnrollFwdTransform =
 // earlier, so no bit changes. Where a device A/B measured it: H100, B 8, d_inner 1536, T 2048,
 // d_state 16, two runs each (docs/performance-notes.md, twentieth session): the one-channel
 // d_state <= 16 backward 967 -> 922 µs (bf16), 966 -> 923 (f16), 975 -> 921 (f32) with the
-// hardware exponential; 0.2-0.7 % with the accurate one. Other plans keep the load at the top.
-// MC_SCAN_PREFETCH_WIDE=1 (an experiment, off: not measured) prefetches in every instance of
-// ckpt_bwd_kernel: the d_state > 16 plans and the pieces too.
-#ifndef MC_SCAN_PREFETCH_WIDE
-#define MC_SCAN_PREFETCH_WIDE 0
-#endif
+// hardware exponential; 0.2-0.7 % with the accurate one. Other plans keep the load at the top
+// (docs/experiments/prefetch_wide.patch: the prefetch in every instance, not measured).
 template <class T, int S, int L, scan::ExpMath E, bool PIECES>
-inline constexpr bool kPrefetchCkpt = (S == 4 && L == 4 && !PIECES) || MC_SCAN_PREFETCH_WIDE;
+inline constexpr bool kPrefetchCkpt = S == 4 && L == 4 && !PIECES;
 
 // grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
 // b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
