@@ -29,8 +29,8 @@
 // [B, n_ckpt, di, ds]; the final state to h_final.
 //
 // Backward, chunks from last to first (the pipeline stages chunk c-1 while chunk
-// c runs). Per chunk: reload the checkpoint (in the d_state <= 16 plan it was loaded
-// before the previous chunk's walk: kPrefetchCkpt), recompute the chunk's K states
+// c runs). Per chunk: take the checkpoint (loaded before the previous chunk's walk, so
+// its latency runs under that walk: see ckpt_bwd_kernel), recompute the chunk's K states
 // into shared memory hs[K+1][thread][S] (one exp per element; each thread reads back
 // only its own), then walk the chunk backwards
 // with the carries dh = ∂L/∂h_{t+1} and dAn = dA_{t+1}:
@@ -483,15 +483,6 @@ template <class T, int S, int L, scan::ExpMath E, bool PIECES>
 inline constexpr bool kUnrollFwdTransform =
     sizeof(T) == 4 && S == 4 && L == 4 && E == scan::ExpMath::Accurate && !PIECES;
 
-// The backward loads the next chunk's checkpoint before the current chunk's walk (its
-// latency runs under the walk) instead of at the top of the next chunk; the same addresses,
-// earlier, so no bit changes. Where a device A/B measured it: H100, B 8, d_inner 1536, T 2048,
-// d_state 16, two runs each (docs/performance-notes.md, twentieth session): the one-channel
-// d_state <= 16 backward 967 -> 922 µs (bf16), 966 -> 923 (f16), 975 -> 921 (f32) with the
-// hardware exponential; 0.2-0.7 % with the accurate one. Other plans keep the load at the top
-// (docs/experiments/prefetch_wide.patch: the prefetch in every instance, not measured).
-template <class T, int S, int L, scan::ExpMath E, bool PIECES>
-inline constexpr bool kPrefetchCkpt = S == 4 && L == 4 && !PIECES;
 
 // grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
 // b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
@@ -857,14 +848,20 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
     load_states<S>(p.ckpt + ((m.b * p.ckpt_slots + (cc - p.ckpt_c0)) * p.di + m.d) * p.ds + m.n0,
                    g.vec_state, m.nvalid, v);
   };
-  constexpr bool PF = kPrefetchCkpt<T, S, L, E, PIECES>;
+  // The checkpoint of the chunk walked next is loaded before the current chunk's walk, into
+  // the registers its recompute has just freed, so the load's latency runs under the walk
+  // (the same addresses as a load at the top of the next chunk, earlier: no bit changes).
+  // H100 A/Bs, B 8, d_inner 1536, T 2048, two runs each, alternated (docs/performance-notes.md):
+  // twentieth session, the d_state <= 16 one-channel plan 967 -> 922 µs (bf16, hardware exp);
+  // twenty-first, every other instance: d_state 64/128/256 1.5-4.7 % faster with the hardware
+  // exp, 1.3-4.6 % with the accurate one; the pieces (B 2) 3.4-4.6 % faster with the hardware
+  // exp, 0.2-0.6 % slower with the accurate one.
   float hck[S];
-  if constexpr (PF) load_ckpt((PIECES ? pw.c_hi : p.c_hi) - 1, hck);
+  load_ckpt((PIECES ? pw.c_hi : p.c_hi) - 1, hck);
   for (int64_t c = (PIECES ? pw.c_hi : p.c_hi) - 1; c >= (PIECES ? pw.c_lo : p.c_lo); --c) {
     const int bf = int(c & 1);
     const int64_t t0 = c * K;
     const int nk = int(min(int64_t(K), p.T - t0));
-    if constexpr (!PF) load_ckpt(c, hck);
     cp_async_wait_all();
     __syncthreads();  // chunk c's tiles are in buffer bf; every thread is done with chunk c+1
     if constexpr (FB) {  // chunk c's B/C rows to f32, before chunk c-1's overwrite them
@@ -940,9 +937,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
       }
     }
 
-    // PF: the next chunk's checkpoint, in flight during this chunk's walk (hck is free now)
-    if constexpr (PF)
-      if (c > (PIECES ? pw.c_lo : p.c_lo)) load_ckpt(c - 1, hck);
+    // the next chunk's checkpoint, in flight during this chunk's walk (hck is free now)
+    if (c > (PIECES ? pw.c_lo : p.c_lo)) load_ckpt(c - 1, hck);
 
     // walk the chunk backwards, all K steps, Q per dB/dC batch; steps past T have
     // dl = dy = 0: dA = 1 and dh, dAn (= 1), dal, dD unchanged, no dB/dC terms.

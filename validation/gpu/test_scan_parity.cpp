@@ -390,7 +390,7 @@ std::vector<RouteRun> runs_for(const ScanCase& c) {
     if (c.T > 2 * 16) r.push_back({Route::Checkpointed, ExpMath::Accurate, 0, 2});
     // one walk over every chunk (pieces = 1): the kernel instance without pieces, which
     // the plan gives grids of 198 blocks and more (B 8, d_inner 1536) and these small
-    // grids never get; it loads each next checkpoint during the walk (kPrefetchCkpt)
+    // grids never get
     if (c.T > 16) r.push_back({Route::Checkpointed, ExpMath::Hardware, 0, 1});
   }
   if (!c.fused()) {
