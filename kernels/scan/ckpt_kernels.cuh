@@ -483,7 +483,6 @@ template <class T, int S, int L, scan::ExpMath E, bool PIECES>
 inline constexpr bool kUnrollFwdTransform =
     sizeof(T) == 4 && S == 4 && L == 4 && E == scan::ExpMath::Accurate && !PIECES;
 
-
 // grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
 // b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
 // KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
@@ -855,7 +854,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // twentieth session, the d_state <= 16 one-channel plan 967 -> 922 µs (bf16, hardware exp);
   // twenty-first, every other instance: d_state 64/128/256 1.5-4.7 % faster with the hardware
   // exp, 1.3-4.6 % with the accurate one; the pieces (B 2) 3.4-4.6 % faster with the hardware
-  // exp, 0.2-0.6 % slower with the accurate one.
+  // exp, within the spread with the accurate one (-0.6 to +1.4 %).
   float hck[S];
   load_ckpt((PIECES ? pw.c_hi : p.c_hi) - 1, hck);
   for (int64_t c = (PIECES ? pw.c_hi : p.c_hi) - 1; c >= (PIECES ? pw.c_lo : p.c_lo); --c) {
