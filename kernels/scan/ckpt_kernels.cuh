@@ -174,13 +174,16 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //   hs    [K+1][NT·S] f32               the chunk's states, per thread: slot 0 the
 //                                       checkpoint, slot k+1 the state after step k (each
 //                                       thread reads back only its own)
+//   da    [K][NT·S] f32                 where keep_da (ckpt_keeps_da): the recompute's dA of
+//                                       each step, per thread, read back by the walk instead
+//                                       of a second exponential
 //   wsum  [2][W][Q][2][DP] f32          per warp sums of dB (0) and dC (1), double-buffered
 //                                       across batches
 // forward only, at L = 4 (fwd_defers_y):
 //   ysum  [NT][kYSumRow] f32            per thread, the y partials of 8 steps: the
 //                                       group's four lanes add them after the stage
 struct CkptSmem {
-  size_t raw, bc, sc, out, hs, wsum, ysum, total;  // byte offsets; total = size
+  size_t raw, bc, sc, out, hs, da, wsum, ysum, total;  // byte offsets; total = size
 };
 // Forward: at L = 4 lanes per channel the y of a stage's steps are summed over the
 // lanes after the stage, through shared memory (8 steps per round, each lane adds
@@ -211,8 +214,26 @@ __host__ __device__ inline size_t hs_step_floats(const CkptGeom& g, int S) {
 __host__ __device__ inline size_t wsum_batch_floats(const CkptGeom& g) {  // one warp, one batch
   return size_t(ckpt_q(g.ds_pad)) * 2 * g.ds_pad;
 }
+// The backward keeps the recompute's dA of every step in shared memory (the da region) and
+// the walk reads it instead of evaluating the exponential a second time. The same function of
+// the same inputs, so the same bits; the cost is K·NT·S·4 bytes more a block (32 KB) and
+// launch bounds of 2 blocks an SM. Only where it was measured faster: the accurate
+// exponential (~27 instructions an element; the hardware one is 2) on the (S, L) = (4, 16)
+// plan, d_state 17-64. H100, B 8, d_inner 1536, T 2048, d_state 64, backward: f32 7543 ->
+// 7128 µs, bf16 7596 -> 6967 (docs/performance-notes.md, "twenty-second session"). Measured
+// slower elsewhere: at d_state 16 (1.45 waves of blocks instead of one; 1890 -> 1990 µs) and
+// in f32 at d_state 256 (35.8 -> 42.5 ms); equal in bf16 at 256; d_state 65-128 not measured.
+__host__ __device__ constexpr bool ckpt_keeps_da(scan::ExpMath e, int S, int L) {
+  return e == scan::ExpMath::Accurate && S == 4 && L == 16;
+}
+// Resident blocks an SM the backward's launch bounds ask for: 2 where it keeps dA (as
+// measured), else 3.
+__host__ __device__ constexpr int ckpt_bwd_min_blocks(scan::ExpMath e, int S, int L) {
+  return ckpt_keeps_da(e, S, L) ? 2 : kCkptBwdMinBlocks;
+}
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
-                                              int n_act, int n_sc, int n_out, bool backward) {
+                                              int n_act, int n_sc, int n_out, bool backward,
+                                              bool keep_da = false) {
   CkptSmem m;
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
@@ -223,7 +244,8 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) *
                      smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb, g.lanes)), 4);
-  m.wsum = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
+  m.da = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
+  m.wsum = m.da + (backward && keep_da ? smem_region(size_t(K) * hs_step_floats(g, S), 4) : 0);
   m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
                           ? smem_region(size_t(32) * g.warps * kYSumRow, 4)
@@ -700,7 +722,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 // CkptBwdArgs (the d_state <= 16 plan only, host.cu); the instances without them run the
 // code that was measured before pieces existed, and take one piece only.
 template <class T, int S, int L, scan::ExpMath E, int K, bool PIECES = false>
-__global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
+__global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
     ckpt_bwd_kernel(CkptBwdArgs<T> p, CkptGeom g) {
   constexpr int CW = 32 / L;  // channels per warp
   constexpr int CB = kCkptWarps * CW, DP = L * S, W = kCkptWarps;
@@ -715,6 +737,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
   constexpr bool DS = S == 4 && L == 4 && QD == 4;
+  constexpr bool KD = ckpt_keeps_da(E, S, L);  // the recompute's dA kept for the walk
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
@@ -730,7 +753,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   const int wch = m.lane / L;  // channel within the warp
   const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
   const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp),
-                                 bwd_n_out(has_z), true);
+                                 bwd_n_out(has_z), true, KD);
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   constexpr int HS = 32 * W * S;  // floats per hs slot
   char* base = reinterpret_cast<char*>(smem);
@@ -759,6 +782,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
   // S states to / from slot i, as float4s (smem_vec reads shared-memory rows)
   auto put_states = [&](int i, const float(&v)[S]) { store_states<S>(my_hs + i * HS, true, S, v); };
   auto get_states = [&](int i, float(&v)[S]) { smem_vec<S>(my_hs + i * HS, v); };
+  // KD: this thread's da slots [K][S] (stride HS): slot k = dA of step k
+  float* my_da = reinterpret_cast<float*>(base + lay.da) + size_t(threadIdx.x) * S;
 
   // a = exp_coef(A); S2 is accumulated with a and scaled back once per step
   // (exp_coef_inverse), so A itself need not stay in registers.
@@ -904,6 +929,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
 #pragma unroll
       for (int k0 = 0; k0 < K; k0 += RG) {
         float hk[RG][S], yk[RG];
+        [[maybe_unused]] float dk[RG][S];  // KD: the steps' dA
 #pragma unroll
         for (int i = 0; i < RG; ++i) {
           const int k = k0 + i;
@@ -916,6 +942,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
             const float dA = expm<E>(dl * a[s]);
             h[s] = fmaf(dA, h[s], du * bv[s]);
             hk[i][s] = h[s];
+            if constexpr (KD) dk[i][s] = dA;
           }
           if (has_z) {  // block-uniform
             float cv[S];
@@ -929,6 +956,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
         if (k0 == 0) put_states(0, hck);
 #pragma unroll
         for (int i = 0; i < RG; ++i) put_states(k0 + i + 1, hk[i]);
+        if constexpr (KD)
+#pragma unroll
+          for (int i = 0; i < RG; ++i) store_states<S>(my_da + (k0 + i) * HS, true, S, dk[i]);
         if (has_z)
 #pragma unroll
           for (int i = 0; i < RG; ++i)
@@ -963,10 +993,12 @@ __global__ void __launch_bounds__(kCkptMaxThreads, kCkptBwdMinBlocks)
           smem_vec<S>(Bt + k * DP, bv);
           smem_vec<S>(Ct + k * DP, cv);
           get_states(k, hp);
+          [[maybe_unused]] float dak[S];  // KD: the recompute's dA of this step
+          if constexpr (KD) smem_vec<S>(my_da + k * HS, dak);
           float S1 = 0.f, S2 = 0.f;
 #pragma unroll
           for (int s = 0; s < S; ++s) {
-            const float dA = expm<E>(dl * a[s]);
+            const float dA = KD ? dak[s] : expm<E>(dl * a[s]);
             dh[s] = fmaf(dAn[s], dh[s], dyv * cv[s]);
             const float dhP = dh[s] * (dA * hp[s]);
             dal[s] = fmaf(dl, dhP, dal[s]);

@@ -491,11 +491,11 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   g.vec_state = s.ds % 4 == 0;
   g.async_bc = async_bc(a);
   g.async_act = async_act(a, pl.cb);
+  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const size_t smem = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(a.z != nullptr),
                                 bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr),
-                                bwd_n_out(a.z != nullptr), true)
+                                bwd_n_out(a.z != nullptr), true, ckpt_keeps_da(e, S, L))
                           .total;
-  const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
   const dim3 block(unsigned(32 * pl.warps));

@@ -288,7 +288,9 @@ struct Geometry {
   int64_t chunk = 0;           // Checkpointed: checkpoint stride; Chunked: chunk; Sequential: T
   int64_t n_ckpt = 0;          // Checkpointed: ceil(T / chunk)
   int64_t blocks = 0;
-  size_t smem_bytes = 0;
+  size_t smem_bytes = 0;       // Checkpointed: f32 storage, no fused epilogue; the accurate
+                               // exponential's backward at d_state 17-64 adds chunk x threads
+                               // x states x 4 bytes (it keeps each step's dA, 32 KB)
   int64_t reduce_groups = 0;   // backward: channel groups of the dB/dC partials
   int64_t segments = 1;        // Checkpointed backward: launches over chunk segments
   int64_t segment_chunks = 0;  // Checkpointed backward: chunks per segment

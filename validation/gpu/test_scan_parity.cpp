@@ -1514,6 +1514,11 @@ TEST(ScanContract, CheckpointedGeometryCoversEveryDState) {
       if (ds <= 128) {
         EXPECT_LE(g.smem_bytes, size_t(113) << 10) << ds << ": two blocks per SM";
       }
+      if (bwd && ds > 16 && ds <= 64) {  // the accurate exp's backward keeps every step's dA
+        const size_t keep_da = size_t(g.chunk) * size_t(g.threads) * size_t(g.states) * 4;
+        EXPECT_LE(g.smem_bytes + keep_da, size_t(113) << 10)
+            << ds << ": two blocks per SM, its launch bounds, with dA kept";
+      }
       EXPECT_EQ(scan::saved_floats(sh, Route::Checkpointed), size_t(3 * g.n_ckpt * 77 * ds)) << ds;
     }
 }
