@@ -392,6 +392,9 @@ std::vector<RouteRun> runs_for(const ScanCase& c) {
     // the plan gives grids of 198 blocks and more (B 8, d_inner 1536) and these small
     // grids never get
     if (c.T > 16) r.push_back({Route::Checkpointed, ExpMath::Hardware, 0, 1});
+    // ... and with the accurate exponential, whose instance without pieces (the strict-f32
+    // step's at B 8) the plan's runs above reach only with one chunk
+    if (c.T > 16) r.push_back({Route::Checkpointed, ExpMath::Accurate, 0, 1});
   }
   if (!c.fused()) {
     r.push_back({Route::Chunked, ExpMath::Accurate});
