@@ -388,13 +388,12 @@ std::vector<RouteRun> runs_for(const ScanCase& c) {
     // one chunk each): the accurate exponential, whose other outputs must keep the bits
     // of the plan's run (run_case)
     if (c.T > 2 * 16) r.push_back({Route::Checkpointed, ExpMath::Accurate, 0, 2});
-    // one walk over every chunk (pieces = 1): the kernel instance without pieces, which
-    // the plan gives grids of 198 blocks and more (B 8, d_inner 1536) and these small
-    // grids never get
-    if (c.T > 16) r.push_back({Route::Checkpointed, ExpMath::Hardware, 0, 1});
-    // ... and with the accurate exponential, whose instance without pieces (the strict-f32
-    // step's at B 8) the plan's runs above reach only with one chunk
-    if (c.T > 16) r.push_back({Route::Checkpointed, ExpMath::Accurate, 0, 1});
+    // one walk over every chunk (pieces = 1), with each exponential: the kernel instances
+    // without pieces, which the plan gives grids of 198 blocks and more (B 8, d_inner 1536;
+    // the accurate one is the strict-f32 step's) and these small grids never get
+    if (c.T > 16)
+      for (ExpMath e : {ExpMath::Hardware, ExpMath::Accurate})
+        r.push_back({Route::Checkpointed, e, 0, 1});
   }
   if (!c.fused()) {
     r.push_back({Route::Chunked, ExpMath::Accurate});
