@@ -171,12 +171,14 @@ __host__ __device__ inline int raw_ld(const CkptGeom& g, size_t elem) {
 //                                       rows OL = CB floats apart in the backward,
 //                                       fwd_out_ld_c(CB, L) in the forward
 // backward only, after those:
-//   hs    [K+1][NT·S] f32               the chunk's states, per thread: slot 0 the
-//                                       checkpoint, slot k+1 the state after step k (each
-//                                       thread reads back only its own)
-//   da    [K][NT·S] f32                 where keep_da (ckpt_keeps_da): the recompute's dA of
-//                                       each step, per thread, read back by the walk instead
-//                                       of a second exponential
+//   hs    [WK+1][NT·S] f32              the states of the steps walked next, per thread:
+//                                       slot 0 the state before them, slot k+1 the state
+//                                       after their step k (each thread reads back only its
+//                                       own); WK = K, or Q where the chunk is walked in halves
+//                                       (ckpt_da_halves)
+//   da    [WK][NT·S] f32                where keep_da (ckpt_keeps_da, ckpt_da_halves): the
+//                                       recompute's dA of each of those steps, per thread,
+//                                       read back by the walk instead of a second exponential
 //   wsum  [2][W][Q][2][DP] f32          per warp sums of dB (0) and dC (1), double-buffered
 //                                       across batches
 // forward only, at L = 4 (fwd_defers_y):
@@ -231,9 +233,21 @@ __host__ __device__ constexpr bool ckpt_keeps_da(scan::ExpMath e, int S, int L) 
 __host__ __device__ constexpr int ckpt_bwd_min_blocks(scan::ExpMath e, int S, int L) {
   return ckpt_keeps_da(e, S, L) ? 2 : kCkptBwdMinBlocks;
 }
+// At d_state <= 16 ((S, L) = (4, 4), K = 16, batches of Q = 8) the accurate exponential's
+// backward keeps dA too, but walks each chunk in two halves of Q steps: hs and da then hold
+// Q + 1 and Q slots, the same 17 slots as hs alone over the whole chunk, so 3 blocks still fit
+// an SM (keeping the whole chunk's dA needed 2 an SM and lost 5-6 % to the second wave). The
+// first half's states are recomputed once more, to reach the second half's starting state:
+// 24 exponentials per 16 steps instead of 32; the same function of the same inputs, so the
+// same bits. H200, B 8, d_inner 1536, T 2048, backward: f32 1884 -> 1650 µs, bf16 1878 ->
+// 1610 (docs/performance-notes.md, "twenty-third session").
+__host__ __device__ constexpr bool ckpt_da_halves(scan::ExpMath e, int S, int L, int K) {
+  return e == scan::ExpMath::Accurate && S == 4 && L == 4 && K == 2 * ckpt_q(L * S);
+}
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
                                               int n_act, int n_sc, int n_out, bool backward,
-                                              bool keep_da = false) {
+                                              bool keep_da = false, int walk_steps = 0) {
+  const int ws = walk_steps > 0 ? walk_steps : K;  // steps hs (and da) hold
   CkptSmem m;
   m.raw = 0;
   m.bc = m.raw + 2 * size_t(n_act) * smem_region(size_t(K) * raw_ld(g, elem), elem);
@@ -244,8 +258,8 @@ __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, s
   m.out = m.sc + size_t(n_sc) * smem_region(size_t(K) * sc_ld(g), 4);
   m.hs = m.out + (backward ? 1 : 2) * size_t(n_out) *
                      smem_region(size_t(K) * (backward ? g.cb : fwd_out_ld_c(g.cb, g.lanes)), 4);
-  m.da = m.hs + (backward ? smem_region(size_t(K + 1) * hs_step_floats(g, S), 4) : 0);
-  m.wsum = m.da + (backward && keep_da ? smem_region(size_t(K) * hs_step_floats(g, S), 4) : 0);
+  m.da = m.hs + (backward ? smem_region(size_t(ws + 1) * hs_step_floats(g, S), 4) : 0);
+  m.wsum = m.da + (backward && keep_da ? smem_region(size_t(ws) * hs_step_floats(g, S), 4) : 0);
   m.ysum = m.wsum + (backward ? smem_region(size_t(2) * g.warps * wsum_batch_floats(g), 4) : 0);
   m.total = m.ysum + (!backward && fwd_defers_y(g.lanes)
                           ? smem_region(size_t(32) * g.warps * kYSumRow, 4)
@@ -737,7 +751,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
   // S1, S2 summed over the group once per QD steps (one step per lane) instead of a
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
   constexpr bool DS = S == 4 && L == 4 && QD == 4;
-  constexpr bool KD = ckpt_keeps_da(E, S, L);  // the recompute's dA kept for the walk
+  constexpr bool HV = ckpt_da_halves(E, S, L, K);  // the chunk walked in two halves of Q steps
+  constexpr bool KD = ckpt_keeps_da(E, S, L) || HV;  // the recompute's dA kept for the walk
+  constexpr int WK = HV ? Q : K;  // steps whose states (and dA) hs (and da) hold
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");
@@ -753,7 +769,7 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
   const int wch = m.lane / L;  // channel within the warp
   const bool has_z = p.z != nullptr, has_sp = p.delta_bias != nullptr;
   const CkptSmem lay = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(has_z), bwd_n_sc(has_z, has_sp),
-                                 bwd_n_out(has_z), true, KD);
+                                 bwd_n_out(has_z), true, KD, WK);
   constexpr int RL = raw_ld_c(CB, L, sizeof(T)), SL = sc_ld_c(CB, L);
   constexpr int HS = 32 * W * S;  // floats per hs slot
   char* base = reinterpret_cast<char*>(smem);
@@ -918,6 +934,63 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
     const auto* Bt = bcr.B;
     const auto* Ct = bcr.C;
 
+    // HV: steps kb0 .. kb0+Q-1 from the state hin before them into hs slots 0..Q and da slots
+    // 0..Q-1 (and, with z, y for dz), as the recompute below does for a whole chunk
+    [[maybe_unused]] auto recompute_half = [&](int kb0, const float(&hin)[S]) {
+      float h[S];
+#pragma unroll
+      for (int s = 0; s < S; ++s) h[s] = hin[s];
+      float hk[Q][S], yk[Q], dk[Q][S];
+#pragma unroll
+      for (int i = 0; i < Q; ++i) {
+        const int k = kb0 + i;
+        const float dl = sc_delta[k * SL + m.ch];
+        const float du = dl * sc_u[k * SL + m.ch];
+        float bv[S];
+        smem_vec<S>(Bt + k * DP, bv);
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const float dA = expm<E>(dl * a[s]);
+          h[s] = fmaf(dA, h[s], du * bv[s]);
+          hk[i][s] = h[s];
+          dk[i][s] = dA;
+        }
+        if (has_z) {  // block-uniform
+          float cv[S];
+          smem_vec<S>(Ct + k * DP, cv);
+          float yp = 0.f;
+#pragma unroll
+          for (int s = 0; s < S; ++s) yp = fmaf(h[s], cv[s], yp);
+          yk[i] = group_sum_c<L>(yp) + __fmul_rn(Dd, sc_u[k * SL + m.ch]);
+        }
+      }
+      put_states(0, hin);
+#pragma unroll
+      for (int i = 0; i < Q; ++i) put_states(i + 1, hk[i]);
+#pragma unroll
+      for (int i = 0; i < Q; ++i) store_states<S>(my_da + i * HS, true, S, dk[i]);
+      if (has_z)
+#pragma unroll
+        for (int i = 0; i < Q; ++i)
+          out_t(2)[(kb0 + i) * CB + m.ch] = sc_fz[(kb0 + i) * SL + m.ch] * yk[i];
+    };
+    if constexpr (HV) {
+      // the first half's steps from the checkpoint, only the state after them kept; then the
+      // second half into hs and da (the first half is recomputed before its own walk)
+      float h[S];
+#pragma unroll
+      for (int s = 0; s < S; ++s) h[s] = hck[s];
+#pragma unroll
+      for (int k = 0; k < Q; ++k) {
+        const float dl = sc_delta[k * SL + m.ch];
+        const float du = dl * sc_u[k * SL + m.ch];
+        float bv[S];
+        smem_vec<S>(Bt + k * DP, bv);
+#pragma unroll
+        for (int s = 0; s < S; ++s) h[s] = fmaf(expm<E>(dl * a[s]), h[s], du * bv[s]);
+      }
+      recompute_half(Q, h);
+    } else
     // recompute the chunk's states into hs (and, with z, y for dz); branch-free. RG steps'
     // states and y stay in registers and are stored after the group's last step: a
     // shared-memory store inside the loop would order the later steps' loads after it
@@ -966,15 +1039,24 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
       }
     }
 
-    // the next chunk's checkpoint, in flight during this chunk's walk (hck is free now)
-    if (c > (PIECES ? pw.c_lo : p.c_lo)) load_ckpt(c - 1, hck);
+    // the next chunk's checkpoint, in flight during this chunk's walk (hck is free now;
+    // HV: after the first half's recompute, in the loop below)
+    if constexpr (!HV)
+      if (c > (PIECES ? pw.c_lo : p.c_lo)) load_ckpt(c - 1, hck);
 
     // walk the chunk backwards, all K steps, Q per dB/dC batch; steps past T have
     // dl = dy = 0: dA = 1 and dh, dAn (= 1), dal, dD unchanged, no dB/dC terms.
     // hcur = h_t of the step walked (slot k+1); hp = h_{t-1} (slot k).
     float hcur[S];
-    get_states(K, hcur);
+    get_states(WK, hcur);
     for (int qb = K / Q - 1; qb >= 0; --qb) {
+      if constexpr (HV) {  // the first half's states and dA, then the next checkpoint's load
+        if (qb == 0) {
+          recompute_half(0, hck);
+          if (c > (PIECES ? pw.c_lo : p.c_lo)) load_ckpt(c - 1, hck);
+        }
+      }
+      const int hb = HV ? qb * Q : 0;  // the step of hs slot 0 (da slot 0)
       float* ws = wsum + (size_t(wb) * W + m.warp) * NO;  // this warp's sums of this batch
       // The sums and outputs of QD steps stay in registers until the last of them (see
       // the recompute: a shared-memory store would serialise the steps' loads behind it).
@@ -992,9 +1074,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
           float bv[S], cv[S], hp[S];
           smem_vec<S>(Bt + k * DP, bv);
           smem_vec<S>(Ct + k * DP, cv);
-          get_states(k, hp);
+          get_states(k - hb, hp);
           [[maybe_unused]] float dak[S];  // KD: the recompute's dA of this step
-          if constexpr (KD) smem_vec<S>(my_da + k * HS, dak);
+          if constexpr (KD) smem_vec<S>(my_da + (k - hb) * HS, dak);
           float S1 = 0.f, S2 = 0.f;
 #pragma unroll
           for (int s = 0; s < S; ++s) {
@@ -1054,8 +1136,8 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
           // (stores on distinct banks per half-warp), read as two float4s, the odd groups'
           // halves swapped (distinct banks per quarter-warp; the outer + commutes).
           const int kb = qb * Q + kh, rot = wch & 3;
-          float* row = reinterpret_cast<float*>(base + lay.hs) + size_t(kb + 1 + (wch >> 2)) * HS +
-                       m.warp * 32 * S + rot * 32;
+          float* row = reinterpret_cast<float*>(base + lay.hs) +
+                       size_t(kb - hb + 1 + (wch >> 2)) * HS + m.warp * 32 * S + rot * 32;
           __syncwarp();  // every lane of the warp has read its states of slots kb+1, kb+2
 #pragma unroll
           for (int i = 0; i < QD; ++i)

@@ -494,7 +494,9 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   const scan::ExpMath e = scan_exp(p.exp, p.route, dtype_of<T>());
   const size_t smem = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(a.z != nullptr),
                                 bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr),
-                                bwd_n_out(a.z != nullptr), true, ckpt_keeps_da(e, S, L))
+                                bwd_n_out(a.z != nullptr), true,
+                                ckpt_keeps_da(e, S, L) || ckpt_da_halves(e, S, L, K),
+                                ckpt_da_halves(e, S, L, K) ? ckpt_q(L * S) : 0)
                           .total;
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
