@@ -935,7 +935,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
     const auto* Ct = bcr.C;
 
     // HV: steps kb0 .. kb0+Q-1 from the state hin before them into hs slots 0..Q and da slots
-    // 0..Q-1 (and, with z, y for dz), as the recompute below does for a whole chunk
+    // 0..Q-1 (and, with z, y for dz), as the recompute below does for a whole chunk. Kept apart
+    // from it on purpose: one helper for both (tried in the twenty-third session) gave the same
+    // instruction counts but another register allocation and order in 21 instances, whose
+    // timings were measured as they are.
     [[maybe_unused]] auto recompute_half = [&](int kb0, const float(&hin)[S]) {
       float h[S];
 #pragma unroll
