@@ -12,11 +12,11 @@ Exit status 0 when every positive pattern of DEFAULT_FILTER and DEFAULT_FILTER_R
 selects a test; 1 with the offending binary and pattern named otherwise; 2 on bad input.
 """
 import argparse
-import fnmatch
 import os
 import re
-import subprocess
 import sys
+
+from gtest_list import selected_tests
 
 
 def read_filters(script_text):
@@ -32,23 +32,6 @@ def positive_patterns(gtest_filter):
     """The patterns before gtest's '-' (the negative part), split on ':'."""
     positive = gtest_filter.split("-", 1)[0] if not gtest_filter.startswith("-") else ""
     return [p for p in positive.split(":") if p]
-
-
-def list_tests(exe):
-    """Full test names ("Suite.Test", "Prefix/Suite.Test/param") from --gtest_list_tests."""
-    res = subprocess.run([exe, "--gtest_list_tests"], capture_output=True, text=True,
-                         timeout=120)
-    if res.returncode != 0:
-        raise RuntimeError(f"{exe} --gtest_list_tests exited {res.returncode}: {res.stderr[-500:]}")
-    names, suite = [], None
-    for line in res.stdout.splitlines():
-        if not line.strip() or line.startswith("Running main()"):
-            continue
-        if not line.startswith(" "):
-            suite = line.strip()
-        elif suite:
-            names.append(suite + line.split("#", 1)[0].strip())
-    return names
 
 
 def main():
@@ -69,7 +52,7 @@ def main():
               "DEFAULT_FILTER and DEFAULT_FILTER_RACECHECK", file=sys.stderr)
         return 2
     bad, checked = [], 0
-    listed = {}
+    listed = {}  # binary: how many tests it has
     for array in wanted:
         for binary, flt in sorted(arrays[array].items()):
             exe = os.path.join(a.build, "validation", binary)
@@ -78,13 +61,12 @@ def main():
                       file=sys.stderr)
                 return 2
             if binary not in listed:
-                listed[binary] = list_tests(exe)
+                listed[binary] = len(selected_tests(exe))
             for pat in positive_patterns(flt):
                 checked += 1
-                n = sum(1 for t in listed[binary] if fnmatch.fnmatchcase(t, pat))
-                if n == 0:
+                if not selected_tests(exe, pat):  # gtest's own matching of the pattern
                     bad.append(f"{array}[{binary}]: pattern '{pat}' selects no test "
-                               f"(of {len(listed[binary])} listed)")
+                               f"(of {listed[binary]} listed)")
     for b in bad:
         print("check_sanitize_filters: " + b, file=sys.stderr)
     if bad:
