@@ -76,8 +76,9 @@ declare -A DEFAULT_FILTER=(
 # channel, 8 states per thread) and per dtype: 66 s on the H200, 0 hazards; 280-298 s on an
 # H100 host (2026-12-05 and 2026-12-06, 0 hazards), so give it a run timeout above 300 s.
 # The last case (bf16, d_state 48) adds the typed storage on the 16-lane plan, whose
-# accurate-exp backward keeps each step's dA in shared memory (added 2026-12-07, not yet
-# timed under racecheck: expect ~50 s more on an H100).
+# accurate-exp backward keeps each step's dA in shared memory (added 2026-12-07). The seven
+# cases took 385 and 423 s on the H200 (2026-12-07, 0 hazards), sharing the GPU with memcheck,
+# initcheck and the scan suites (reports/h200/data/session-2026-12-07-twenty-third/).
 declare -A DEFAULT_FILTER_RACECHECK=(
   [test_scan_parity]="*MatchesOracle/f32_T257_ds16_B1_di17:*MatchesOracle/f32_T257_ds64_B3_di21:*MatchesOracle/f32_T257_ds128_B1_di19:*MatchesOracle/f32_T257_ds256_B2_di21_xdbl:*MatchesOracle/bf16_T257_ds16_B1_di19:*MatchesOracle/f16_T257_ds65_B2_di21_xdbl:*MatchesOracle/bf16_T257_ds48_B4_di17_xdbl"
 )
