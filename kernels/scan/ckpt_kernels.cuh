@@ -244,6 +244,14 @@ __host__ __device__ constexpr int ckpt_bwd_min_blocks(scan::ExpMath e, int S, in
 __host__ __device__ constexpr bool ckpt_da_halves(scan::ExpMath e, int S, int L, int K) {
   return e == scan::ExpMath::Accurate && S == 4 && L == 4 && K == 2 * ckpt_q(L * S);
 }
+// The backward's walk storage, one rule for the kernel's layout and the launch's byte count
+// (dispatch.cuh): whether it keeps dA (whole chunk or halves), and the steps hs (and da) hold.
+__host__ __device__ constexpr bool ckpt_bwd_kept_da(scan::ExpMath e, int S, int L, int K) {
+  return ckpt_keeps_da(e, S, L) || ckpt_da_halves(e, S, L, K);
+}
+__host__ __device__ constexpr int ckpt_bwd_walk_steps(scan::ExpMath e, int S, int L, int K) {
+  return ckpt_da_halves(e, S, L, K) ? K / 2 : K;
+}
 __host__ __device__ inline CkptSmem ckpt_smem(const CkptGeom& g, int K, int S, size_t elem,
                                               int n_act, int n_sc, int n_out, bool backward,
                                               bool keep_da = false, int walk_steps = 0) {
@@ -752,8 +760,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
   // butterfly per step on every lane: at (S, L) = (4, 4), the d_state <= 16 plan
   constexpr bool DS = S == 4 && L == 4 && QD == 4;
   constexpr bool HV = ckpt_da_halves(E, S, L, K);  // the chunk walked in two halves of Q steps
-  constexpr bool KD = ckpt_keeps_da(E, S, L) || HV;  // the recompute's dA kept for the walk
-  constexpr int WK = HV ? Q : K;  // steps whose states (and dA) hs (and da) hold
+  constexpr bool KD = ckpt_bwd_kept_da(E, S, L, K);  // the recompute's dA kept for the walk
+  constexpr int WK = ckpt_bwd_walk_steps(E, S, L, K);  // steps whose states (and dA) hs holds
+  static_assert(!HV || WK == Q, "the halves are the walk's batches");
   static_assert(K % Q == 0, "chunk must be a multiple of the reduction batch");
   static_assert(S % 4 == 0, "states per thread in float4 units");
   static_assert(R >= 1, "a lane's terms cover the warp's channels");

@@ -495,8 +495,7 @@ void ckpt_backward_s(const scan::BwdParams<T>& p, const CkptPlan& pl, cudaStream
   const size_t smem = ckpt_smem(g, K, S, sizeof(T), bwd_n_act(a.z != nullptr),
                                 bwd_n_sc(a.z != nullptr, a.delta_bias != nullptr),
                                 bwd_n_out(a.z != nullptr), true,
-                                ckpt_keeps_da(e, S, L) || ckpt_da_halves(e, S, L, K),
-                                ckpt_da_halves(e, S, L, K) ? ckpt_q(L * S) : 0)
+                                ckpt_bwd_kept_da(e, S, L, K), ckpt_bwd_walk_steps(e, S, L, K))
                           .total;
   const std::string name = std::string("ckpt_bwd_kernel<") + dtype_name<T>() + "," +
                            std::to_string(S) + "," + to_string(e) + ">";
