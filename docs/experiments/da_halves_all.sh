@@ -4,7 +4,8 @@
 # build, on a GPU, through scripts/gpu_session.sh's abscan phase. Not part of the project's
 # build; written and checked on the CPU in the twenty-third session (emulation 61/61, the same
 # device-to-host hash with and without it; only the nine (4, 16), (4, 32) and (8, 32) accurate
-# backward instances differ from head's SASS). Not yet run on a device.
+# backward instances differ from head's SASS). Run in the twenty-fourth session (H100): slower
+# at d_state 64-256, not adopted (the patch's header has the figures).
 # Prediction: see the patch's header.
 #
 # Build the experiment's library on a build dir of this checkout, keep it, and restore:
