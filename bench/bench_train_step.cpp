@@ -204,7 +204,7 @@ struct StepBench {
   bool fused_dt = false;           // --dt-proj=cublas|fused
   int scan_cpt = 0;                // --scan-cpt=N (0 = the scan's plan)
   ScanLayout scan_layout = ScanLayout::Auto;  // --scan-layout
-  size_t cublas_workspace = gpu::kCublasWorkspaceBytes;  // --cublas-workspace=BYTES
+  size_t cublas_workspace = gpu::kCublasWorkspaceByTier;  // --cublas-workspace=BYTES|tier
   ScanCheckpoints scan_checkpoints = ScanCheckpoints::Auto;  // --scan-checkpoints
   ScanExp scan_exp = ScanExp::Auto;                          // --scan-exp
   H0Mode h0 = H0Mode::Auto;                                  // --h0=auto|recompute|save
@@ -556,8 +556,9 @@ int main_impl(int argc, char** argv) {
               "                     the checkpointed scan's thread layout at d_state <= 16: a\n"
               "                     channel's states over 4 lanes, or all in one thread (the same\n"
               "                     bits); default auto = the scan's plan\n"
-              "  --cublas-workspace=BYTES\n"
-              "                     the cuBLAS workspace of each model (default 33554432 = 32 MiB;\n"
+              "  --cublas-workspace=BYTES|tier\n"
+              "                     the cuBLAS workspace of each model (default tier: 4194304 = 4 MiB\n"
+              "                     on the tensor-core tier, 33554432 = 32 MiB on strict and tf32;\n"
               "                     65536..1073741824, a multiple of 256; cuBLAS picks its kernels\n"
               "                     by it, so GEMM times and bits may change)\n"
               "  --scan-checkpoints=auto|every|grouped\n"
@@ -605,9 +606,14 @@ int main_impl(int argc, char** argv) {
   g.scan_cpt = int(g.flags.get_int("scan-cpt", 0, 0, 4));
   g.scan_layout = parse_scan_layout(
       g.flags.get_string("scan-layout", "auto", {"auto", "lane-groups", "whole-state"}));
-  g.cublas_workspace = size_t(g.flags.get_int(
-      "cublas-workspace", (long long)gpu::kCublasWorkspaceBytes, 0, (long long)(1) << 40));
-  gpu::require_cublas_workspace_bytes("--cublas-workspace", g.cublas_workspace);
+  {  // BYTES, or "tier" (the default): the GEMM tier's size (gpu::kCublasWorkspaceByTier)
+    const auto it = g.flags.values.find("cublas-workspace");
+    if (it != g.flags.values.end() && it->second != "tier") {
+      g.cublas_workspace =
+          size_t(g.flags.get_int("cublas-workspace", 0, 0, (long long)(1) << 40));
+      gpu::require_cublas_workspace_bytes("--cublas-workspace", g.cublas_workspace);
+    }
+  }
   g.scan_checkpoints = parse_scan_checkpoints(
       g.flags.get_string("scan-checkpoints", "auto", {"auto", "every", "grouped"}));
   g.scan_exp = parse_scan_exp(
@@ -679,9 +685,12 @@ int main_impl(int argc, char** argv) {
                    : g.scan_partial_budget ? std::to_string(g.scan_partial_budget) + " bytes"
                                            : std::string("0 (the scan's default, 512 MiB)"));
   AddCustomContext("cublas_workspace_bytes",
-                   std::to_string(g.cublas_workspace) +
-                       (g.cublas_workspace == gpu::kCublasWorkspaceBytes ? " (the default)"
-                                                                         : " (--cublas-workspace)"));
+                   g.cublas_workspace == gpu::kCublasWorkspaceByTier
+                       ? "the tier's (the default): " +
+                             std::to_string(gpu::kCublasWorkspaceTensorCoreBytes) +
+                             " on the tensor-core tier, " +
+                             std::to_string(gpu::kCublasWorkspaceBytes) + " otherwise"
+                       : std::to_string(g.cublas_workspace) + " (--cublas-workspace)");
   AddCustomContext("scan_checkpoints",
                    std::string(to_string(g.scan_checkpoints)) +
                        " (auto = grouped for bf16/f16, every chunk's state for f32; "

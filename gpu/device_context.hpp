@@ -27,7 +27,7 @@ void check_cublas(cublasStatus_t s, const char* call, const std::string& ctx);
 #define MC_CUBLAS_CHECK(call, ctx) ::mc::gpu::check_cublas((call), #call, (ctx))
 
 // The workspace given to cuBLAS (cublasSetWorkspace) is fixed per model
-// (RunOptions::cublas_workspace_bytes, kCublasWorkspaceBytes by default: gpu/model.hpp),
+// (RunOptions::cublas_workspace_bytes, by default the GEMM tier's size: gpu/model.hpp),
 // so the algorithm choice (and the bits) do not depend on what else is allocated.
 
 class DeviceContext {

@@ -1,4 +1,5 @@
-// gemm_tier.cpp — names and resolution of the GEMM tiers (model.hpp). Host
+// gemm_tier.cpp — names and resolution of the GEMM tiers and of each tier's cuBLAS
+// workspace size (model.hpp). Host
 // code without CUDA types: built with and without a CUDA toolkit, so reports
 // name the tier on every machine.
 #include <string>
@@ -20,6 +21,15 @@ TypedGemm parse_typed_gemm(const std::string& s) {
 GemmTier gemm_tier(DType dtype, GemmMath f32_math, TypedGemm typed) {
   if (dtype == DType::F32) return f32_math == GemmMath::TF32 ? GemmTier::TF32 : GemmTier::Strict;
   return typed == TypedGemm::Strict ? GemmTier::Strict : GemmTier::TensorCore;
+}
+
+size_t default_cublas_workspace_bytes(GemmTier tier) {
+  return tier == GemmTier::TensorCore ? kCublasWorkspaceTensorCoreBytes : kCublasWorkspaceBytes;
+}
+
+size_t cublas_workspace_bytes(const RunOptions& opt) {
+  if (opt.cublas_workspace_bytes != kCublasWorkspaceByTier) return opt.cublas_workspace_bytes;
+  return default_cublas_workspace_bytes(gemm_tier(opt.dtype, opt.gemm, opt.typed_gemm));
 }
 
 const char* to_string(GemmTier t) {

@@ -12,7 +12,7 @@ namespace mc::gpu {
 struct Model::Impl {
   Impl(const ModelConfig& cfg, int64_t B, int64_t T, const RunOptions& o)
       : dims(Dims::from(cfg)), layout(dims), opt(o), B(B), T(T),
-        ctx(o.device, o.gemm, o.cublas_workspace_bytes) {
+        ctx(o.device, o.gemm, cublas_workspace_bytes(o)) {
     pipe = make_pipeline(ctx, layout, B, T, opt);
   }
   ~Impl() {
@@ -60,7 +60,7 @@ void validate_options(const ModelConfig& cfg, int64_t B, int64_t T, const RunOpt
   validate_runtime(d, B, T);
   // the scan route's own limits (d_state per implementation), before any device work
   kern::scan::check_shape(kern::scan::Shape{B, T, d.di, d.ds}, scan_route(opt.scan, d.ds));
-  require_cublas_workspace_bytes("RunOptions::cublas_workspace_bytes", opt.cublas_workspace_bytes);
+  require_cublas_workspace_bytes("RunOptions::cublas_workspace_bytes", cublas_workspace_bytes(opt));
   // a grouped scan backward runs one segment per group: no partial budget of its own
   if (opt.scan_checkpoints == ScanCheckpoints::Grouped && opt.scan_partial_budget != 0)
     throw ConfigError("RunOptions::scan_partial_budget = " +

@@ -94,11 +94,21 @@ const char* cublas_compute_name(GemmTier t);        // "CUBLAS_COMPUTE_32F_PEDAN
 // One sentence for reports: the tier, its compute type and what it means.
 std::string describe(GemmTier t);
 
-// The cuBLAS workspace of a model (gpu/device_context.hpp): 32 MiB by default; another size
-// must lie in [kCublasWorkspaceMin, kCublasWorkspaceMax] and be a multiple of 256.
-constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+// The cuBLAS workspace of a model (gpu/device_context.hpp). By default its size follows the
+// GEMM tier (cublas_workspace_bytes(RunOptions), below): 4 MiB on the tensor-core tier,
+// 32 MiB on the strict and TF32 tiers. Why: the bf16 step's tensor-core GEMMs ran as fast
+// with 4 MiB as with 32 on every peer row (within 0.3 %, two runs each, H100), for 29 MB
+// less; the strict-f32 step lost 5.5 % with 4 MiB at d_model 768, T 512
+// (docs/performance-notes.md, twenty-fourth session). Another size must lie in
+// [kCublasWorkspaceMin, kCublasWorkspaceMax] and be a multiple of 256.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;            // strict and TF32 tiers
+constexpr size_t kCublasWorkspaceTensorCoreBytes = size_t(4) << 20;  // tensor-core tier
 constexpr size_t kCublasWorkspaceMin = size_t(64) << 10;
 constexpr size_t kCublasWorkspaceMax = size_t(1) << 30;
+// RunOptions::cublas_workspace_bytes: the tier's default size (the default value).
+constexpr size_t kCublasWorkspaceByTier = ~size_t(0);
+// The default size of `tier`'s workspace.
+size_t default_cublas_workspace_bytes(GemmTier tier);
 // ConfigError naming `field` (e.g. "RunOptions::cublas_workspace_bytes"), the value and
 // the limits unless `bytes` is a workspace size a model accepts.
 void require_cublas_workspace_bytes(const char* field, size_t bytes);
@@ -142,11 +152,12 @@ struct RunOptions {
   // softplus's own arithmetic, as the unfused one is, so it did not pay on the H200: a tie
   // at dt_rank 48 and 64, 4 % slower at 128 (docs/performance-notes.md, 2026-12-03 evening).
   bool fused_dt_softplus = false;
-  // Bytes of the cuBLAS workspace (gpu/device_context.hpp: 32 MiB by default, within [64 KiB,
-  // 1 GiB], a multiple of 256). cuBLAS chooses kernels by it, so another size may change
-  // GEMM times and bits; for benchmarks that weigh its memory (bench_train_step
+  // Bytes of the cuBLAS workspace (gpu/device_context.hpp), within [64 KiB, 1 GiB], a
+  // multiple of 256; kCublasWorkspaceByTier (the default): the tier's size, 4 MiB on the
+  // tensor-core tier and 32 MiB otherwise. cuBLAS chooses kernels by it, so another size may
+  // change GEMM times and bits; for benchmarks that weigh its memory (bench_train_step
   // --cublas-workspace).
-  size_t cublas_workspace_bytes = kCublasWorkspaceBytes;
+  size_t cublas_workspace_bytes = kCublasWorkspaceByTier;
   // Layer 0's input H0 = q(X·W_ip + b_ip) [R, d_model] f32 (gpu/pipeline.hpp, "saved").
   // Recompute keeps it only through the forward, in the backward's d_hidden buffer, and
   // the backward forms it again before layer 0's B7 from the saved typed input, by the
@@ -158,6 +169,10 @@ struct RunOptions {
   H0Mode h0 = H0Mode::Auto;
   int device = default_device();  // 0 unless select_device() chose another
 };
+
+// The cuBLAS workspace a model with `opt` holds: opt.cublas_workspace_bytes, or the default of
+// its GEMM tier where that is kCublasWorkspaceByTier.
+size_t cublas_workspace_bytes(const RunOptions& opt);
 
 // The device memory of Model(cfg, B, T, opt), computed without a device (plan_memory): every
 // buffer the model allocates at construction, by name, and the cuBLAS workspace. The total

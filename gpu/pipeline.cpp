@@ -176,7 +176,7 @@ Pipeline<T>::Pipeline(const DeviceContext* ctx, const ParamLayout& lay, int64_t 
   const int64_t biggest = std::max({lay.total, int64_t(scan_saved_floats_), R * 2 * di, R * xd, R * mid, R * dm, L * B * di * std::max(dc, ds)});
   fc_.plan(plan, biggest);
   // the plan, with the cuBLAS workspace the context holds (or, plan only, would hold)
-  const size_t cublas_ws = ctx ? ctx->workspace_bytes() : opt.cublas_workspace_bytes;
+  const size_t cublas_ws = ctx ? ctx->workspace_bytes() : cublas_workspace_bytes(opt);
   for (const auto& [name, bytes] : plan.items()) plan_.buffers.emplace_back(name, int64_t(bytes));
   plan_.buffers.emplace_back("cublas_workspace", int64_t(cublas_ws));
   plan_.total_bytes = int64_t(plan.total_bytes() + cublas_ws);

@@ -113,11 +113,15 @@ std::string context_json() {
                     gpu::describe(gpu::GemmTier::Strict) + " | bf16/f16 " +
                     gpu::describe(gpu::GemmTier::TensorCore) + " (default) and bf16/f16 " +
                     gpu::describe(gpu::GemmTier::Strict))},
+       {"cublas_workspace_bytes",
+        json_string("the tier's default: " + std::to_string(gpu::kCublasWorkspaceTensorCoreBytes) +
+                    " on tensor-core, " + std::to_string(gpu::kCublasWorkspaceBytes) +
+                    " on strict")},
        {"ctest_resource_allocation", json_string(ctest_gpu_allocation().active ? "on" : "off")},
        {"bitwise_claim",
         json_string("identical bits are claimed only for this GPU model and SM count, driver, "
                     "CUDA runtime and cuBLAS versions, git sha and build flags, per route (dtype, "
-                    "scan, d_state, GEMM tier) and problem shape")}},
+                    "scan, d_state, GEMM tier and its cuBLAS workspace size) and problem shape")}},
       device());
 }
 

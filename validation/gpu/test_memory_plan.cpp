@@ -12,6 +12,7 @@
 //   * the plan's buffers add up to its total, and grouped scan checkpoints change only
 //     the saved states (exactly the states they do not save) and never grow the shared
 //     region that holds the scan workspace with a group's refilled states;
+//   * the cuBLAS workspace is the GEMM tier's size unless one is given, and nothing else;
 //   * plan_memory refuses what the Model refuses, naming the field.
 #include <gtest/gtest.h>
 
@@ -130,6 +131,52 @@ TEST(MemoryPlan, GroupedCheckpointsChangeOnlyTheSavedStates) {
   }
 }
 
+// The cuBLAS workspace in the plan: the tier's size by default (4 MiB on the tensor-core tier,
+// 32 MiB on strict and tf32), a size given in RunOptions on every tier, and no other buffer
+// changed by it.
+int64_t cublas_workspace_of(const gpu::MemoryPlan& p) {
+  for (const auto& b : p.buffers)
+    if (b.first == "cublas_workspace") return b.second;
+  ADD_FAILURE() << "no cublas_workspace buffer in the plan";
+  return -1;
+}
+
+TEST(MemoryPlan, CublasWorkspaceFollowsTheTier) {
+  const ModelConfig cfg = peer_config(check::kPeerStep[0]);
+  const check::PeerStepRow& r = check::kPeerStep[0];
+  struct Tier {
+    DType dt;
+    gpu::GemmMath math;
+    gpu::TypedGemm typed;
+    size_t bytes;
+  };
+  const Tier tiers[] = {
+      {DType::F32, gpu::GemmMath::F32, gpu::TypedGemm::TensorCore, size_t(32) << 20},
+      {DType::F32, gpu::GemmMath::TF32, gpu::TypedGemm::TensorCore, size_t(32) << 20},
+      {DType::BF16, gpu::GemmMath::F32, gpu::TypedGemm::TensorCore, size_t(4) << 20},
+      {DType::F16, gpu::GemmMath::F32, gpu::TypedGemm::TensorCore, size_t(4) << 20},
+      {DType::BF16, gpu::GemmMath::F32, gpu::TypedGemm::Strict, size_t(32) << 20}};
+  for (const Tier& t : tiers) {
+    gpu::RunOptions dflt;
+    dflt.dtype = t.dt;
+    dflt.gemm = t.math;
+    dflt.typed_gemm = t.typed;
+    const std::string tier = to_string(gpu::gemm_tier(t.dt, t.math, t.typed));
+    EXPECT_EQ(gpu::cublas_workspace_bytes(dflt), t.bytes) << tier;
+    const gpu::MemoryPlan pd = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, dflt);
+    EXPECT_EQ(cublas_workspace_of(pd), int64_t(t.bytes)) << tier;
+    gpu::RunOptions given = dflt;
+    given.cublas_workspace_bytes = size_t(1) << 20;
+    const gpu::MemoryPlan pg = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, given);
+    EXPECT_EQ(cublas_workspace_of(pg), int64_t(1) << 20) << tier;
+    EXPECT_EQ(pd.total_bytes - pg.total_bytes, int64_t(t.bytes) - (int64_t(1) << 20)) << tier;
+    ASSERT_EQ(pd.buffers.size(), pg.buffers.size()) << tier;
+    for (size_t i = 0; i < pd.buffers.size(); ++i)
+      if (pd.buffers[i].first != "cublas_workspace")
+        EXPECT_EQ(pd.buffers[i].second, pg.buffers[i].second) << tier << " " << pd.buffers[i].first;
+  }
+}
+
 TEST(MemoryPlan, RefusesWhatTheModelRefuses) {
   ModelConfig cfg = peer_config(check::kPeerStep[0]);
   cfg.d_state = 257;
@@ -144,6 +191,16 @@ TEST(MemoryPlan, RefusesWhatTheModelRefuses) {
   o.scan_checkpoints = ScanCheckpoints::Grouped;
   o.scan_partial_budget = 1;
   EXPECT_THROW(gpu::plan_memory(peer_config(check::kPeerStep[0]), 8, 64, o), ConfigError);
+  // a workspace off the 256-byte grid, named with its value
+  gpu::RunOptions w;
+  w.cublas_workspace_bytes = (size_t(4) << 20) + 1;
+  try {
+    gpu::plan_memory(peer_config(check::kPeerStep[0]), 8, 64, w);
+    ADD_FAILURE() << "cublas_workspace_bytes 4194305 planned";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cublas_workspace_bytes = 4194305"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
