@@ -686,10 +686,7 @@ int main_impl(int argc, char** argv) {
                                            : std::string("0 (the scan's default, 512 MiB)"));
   AddCustomContext("cublas_workspace_bytes",
                    g.cublas_workspace == gpu::kCublasWorkspaceByTier
-                       ? "the tier's (the default): " +
-                             std::to_string(gpu::kCublasWorkspaceTensorCoreBytes) +
-                             " on the tensor-core tier, " +
-                             std::to_string(gpu::kCublasWorkspaceBytes) + " otherwise"
+                       ? "the tier's (the default): " + gpu::describe_default_cublas_workspaces()
                        : std::to_string(g.cublas_workspace) + " (--cublas-workspace)");
   AddCustomContext("scan_checkpoints",
                    std::string(to_string(g.scan_checkpoints)) +

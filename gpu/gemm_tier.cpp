@@ -27,6 +27,13 @@ size_t default_cublas_workspace_bytes(GemmTier tier) {
   return tier == GemmTier::TensorCore ? kCublasWorkspaceTensorCoreBytes : kCublasWorkspaceBytes;
 }
 
+std::string describe_default_cublas_workspaces() {
+  return std::to_string(default_cublas_workspace_bytes(GemmTier::TensorCore)) +
+         " bytes on tensor-core, " + std::to_string(default_cublas_workspace_bytes(GemmTier::Strict)) +
+         " on strict and " + std::to_string(default_cublas_workspace_bytes(GemmTier::TF32)) +
+         " on tf32";
+}
+
 size_t cublas_workspace_bytes(const RunOptions& opt) {
   if (opt.cublas_workspace_bytes != kCublasWorkspaceByTier) return opt.cublas_workspace_bytes;
   return default_cublas_workspace_bytes(gemm_tier(opt.dtype, opt.gemm, opt.typed_gemm));

@@ -114,9 +114,7 @@ std::string context_json() {
                     gpu::describe(gpu::GemmTier::TensorCore) + " (default) and bf16/f16 " +
                     gpu::describe(gpu::GemmTier::Strict))},
        {"cublas_workspace_bytes",
-        json_string("the tier's default: " + std::to_string(gpu::kCublasWorkspaceTensorCoreBytes) +
-                    " on tensor-core, " + std::to_string(gpu::kCublasWorkspaceBytes) +
-                    " on strict")},
+        json_string("the tier's default: " + gpu::describe_default_cublas_workspaces())},
        {"ctest_resource_allocation", json_string(ctest_gpu_allocation().active ? "on" : "off")},
        {"bitwise_claim",
         json_string("identical bits are claimed only for this GPU model and SM count, driver, "

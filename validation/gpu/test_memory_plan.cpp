@@ -35,6 +35,18 @@ int64_t sum_of_buffers(const gpu::MemoryPlan& p) {
   return s;
 }
 
+// a and b hold the same buffers in the same order, and a − b is `diff` bytes in buffer `name`
+// and 0 in every other.
+void expect_differ_only_in(const gpu::MemoryPlan& a, const gpu::MemoryPlan& b,
+                           const std::string& name, int64_t diff, const std::string& row) {
+  ASSERT_EQ(a.buffers.size(), b.buffers.size()) << row;
+  for (size_t i = 0; i < a.buffers.size(); ++i) {
+    ASSERT_EQ(a.buffers[i].first, b.buffers[i].first) << row;
+    EXPECT_EQ(a.buffers[i].second - b.buffers[i].second, a.buffers[i].first == name ? diff : 0)
+        << row << " " << a.buffers[i].first;
+  }
+}
+
 TEST(MemoryPlan, AtOrBelowThePeersPeakAtEveryRow) {
   for (const check::PeerStepRow& r : check::kPeerStep)
     for (DType dt : {DType::F32, DType::BF16}) {
@@ -66,13 +78,7 @@ TEST(MemoryPlan, RecomputedH0SavesExactlyItsBytes) {
                               std::to_string(r.L) + " " + to_string(dt);
       const int64_t h0 = check::kPeerStepBatch * r.T * r.dm * int64_t(sizeof(float));
       EXPECT_EQ(ps.total_bytes - pr.total_bytes, h0) << row;
-      ASSERT_EQ(ps.buffers.size(), pr.buffers.size()) << row;
-      for (size_t i = 0; i < ps.buffers.size(); ++i) {
-        ASSERT_EQ(ps.buffers[i].first, pr.buffers[i].first) << row;
-        const int64_t diff = ps.buffers[i].second - pr.buffers[i].second;
-        EXPECT_EQ(diff, ps.buffers[i].first == "residual_stream" ? h0 : 0)
-            << row << " " << ps.buffers[i].first;
-      }
+      expect_differ_only_in(ps, pr, "residual_stream", h0, row);
     }
   // expand 1 in bf16: R·d_model f32 is twice a layer's y slot [R, d_inner] bf16, so H0 stays
   // saved and the option changes nothing
@@ -169,11 +175,9 @@ TEST(MemoryPlan, CublasWorkspaceFollowsTheTier) {
     given.cublas_workspace_bytes = size_t(1) << 20;
     const gpu::MemoryPlan pg = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, given);
     EXPECT_EQ(cublas_workspace_of(pg), int64_t(1) << 20) << tier;
-    EXPECT_EQ(pd.total_bytes - pg.total_bytes, int64_t(t.bytes) - (int64_t(1) << 20)) << tier;
-    ASSERT_EQ(pd.buffers.size(), pg.buffers.size()) << tier;
-    for (size_t i = 0; i < pd.buffers.size(); ++i)
-      if (pd.buffers[i].first != "cublas_workspace")
-        EXPECT_EQ(pd.buffers[i].second, pg.buffers[i].second) << tier << " " << pd.buffers[i].first;
+    const int64_t diff = int64_t(t.bytes) - (int64_t(1) << 20);
+    EXPECT_EQ(pd.total_bytes - pg.total_bytes, diff) << tier;
+    expect_differ_only_in(pd, pg, "cublas_workspace", diff, tier);
   }
 }
 
