@@ -234,6 +234,17 @@ TYPED_TEST(StepParity, RmsNormBackwardF32WithTypedCopy) {
   }
 }
 
+// The fixture's cuBLAS workspace is the one a default Model of this storage type resolves
+// (gpu::cublas_workspace_bytes of its RunOptions): cuBLAS picks GEMM kernels by the workspace,
+// so the GEMM roles below run the kernels the Model's GEMMs run.
+TYPED_TEST(StepParity, FixtureWorkspaceIsADefaultModelsWorkspace) {
+  if (this->dry_run("the fixture's cuBLAS workspace == a default Model's")) return;
+  mc::gpu::RunOptions opt;
+  opt.dtype = mc::testing::StorageType<TypeParam>::dtype;
+  EXPECT_EQ(this->ctx_->workspace_bytes(), mc::gpu::cublas_workspace_bytes(opt))
+      << mc::to_string(opt.dtype);
+}
+
 struct MKN { int64_t M, K, N; };
 const MKN kGemmShapes[] = {{1, 1, 1}, {37, 19, 23}, {64, 128, 96}, {257, 33, 5}};
 

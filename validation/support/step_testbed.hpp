@@ -525,7 +525,15 @@ class StepTest : public GpuTest {
     if (step_dry_run()) return;
     GpuTest::SetUp();
     if (IsSkipped()) return;
-    ctx_ = std::make_unique<gpu::DeviceContext>(gpu::default_device(), gpu::GemmMath::F32);
+    ctx_ = std::make_unique<gpu::DeviceContext>(gpu::default_device(), gpu::GemmMath::F32,
+                                                fixture_cublas_workspace_bytes());
+  }
+  // The workspace a Model of this storage type gets by default on the fixture's GEMM tier
+  // (true f32 math, tensor-core typed GEMMs): 4 MiB for bf16/f16, 32 MiB for f32, so that the
+  // step suites' GEMMs pick the kernels a default Model's GEMMs pick.
+  static size_t fixture_cublas_workspace_bytes() {
+    return gpu::default_cublas_workspace_bytes(
+        gpu::gemm_tier(StorageType<T>::dtype, gpu::GemmMath::F32, gpu::TypedGemm::TensorCore));
   }
   void TearDown() override {
     if (step_dry_run()) GTEST_SKIP() << "MC_STEP_DRY_RUN: O and P ran, the kernels did not";
@@ -537,7 +545,8 @@ class StepTest : public GpuTest {
   }
   cudaStream_t stream() const { return ctx_ ? ctx_->stream() : nullptr; }
   StepTestbed<T> bed(std::string label) const { return StepTestbed<T>(stream(), std::move(label)); }
-  // True GEMMs (GemmMath::F32) on the fixture's cuBLAS handle.
+  // True GEMMs (GemmMath::F32) on the fixture's cuBLAS handle. Its workspace is sized for the
+  // tensor-core tier (fixture_cublas_workspace_bytes); the strict tier works with it too.
   gpu::Gemm gemm(gpu::TypedGemm typed = gpu::TypedGemm::TensorCore) const {
     return gpu::Gemm(ctx_ ? ctx_->cublas() : nullptr, gpu::GemmMath::F32, typed);
   }
