@@ -234,7 +234,7 @@ TYPED_TEST(StepParity, RmsNormBackwardF32WithTypedCopy) {
   }
 }
 
-// The fixture's cuBLAS workspace is the one a default Model of this storage type resolves
+// The fixture's cuBLAS handle holds the workspace a default Model of this storage type resolves
 // (gpu::cublas_workspace_bytes of its RunOptions): cuBLAS picks GEMM kernels by the workspace,
 // so the GEMM roles below run the kernels the Model's GEMMs run.
 TYPED_TEST(StepParity, FixtureWorkspaceIsADefaultModelsWorkspace) {

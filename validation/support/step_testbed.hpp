@@ -528,12 +528,13 @@ class StepTest : public GpuTest {
     ctx_ = std::make_unique<gpu::DeviceContext>(gpu::default_device(), gpu::GemmMath::F32,
                                                 fixture_cublas_workspace_bytes());
   }
-  // The workspace a Model of this storage type gets by default on the fixture's GEMM tier
-  // (true f32 math, tensor-core typed GEMMs): 4 MiB for bf16/f16, 32 MiB for f32, so that the
-  // step suites' GEMMs pick the kernels a default Model's GEMMs pick.
+  // The workspace a default Model of this storage type holds (gpu::cublas_workspace_bytes,
+  // its one resolution: 4 MiB for bf16/f16, 32 MiB for f32), so that the step suites' GEMMs
+  // pick the kernels a default Model's GEMMs pick.
   static size_t fixture_cublas_workspace_bytes() {
-    return gpu::default_cublas_workspace_bytes(
-        gpu::gemm_tier(StorageType<T>::dtype, gpu::GemmMath::F32, gpu::TypedGemm::TensorCore));
+    gpu::RunOptions opt;
+    opt.dtype = StorageType<T>::dtype;
+    return gpu::cublas_workspace_bytes(opt);
   }
   void TearDown() override {
     if (step_dry_run()) GTEST_SKIP() << "MC_STEP_DRY_RUN: O and P ran, the kernels did not";
