@@ -110,7 +110,7 @@ constexpr size_t kCublasWorkspaceByTier = ~size_t(0);
 // The default size of `tier`'s workspace.
 size_t default_cublas_workspace_bytes(GemmTier tier);
 // The default sizes in words, for reports: "4194304 bytes on tensor-core, 33554432 on strict
-// and tf32".
+// and 33554432 on tf32".
 std::string describe_default_cublas_workspaces();
 // ConfigError naming `field` (e.g. "RunOptions::cublas_workspace_bytes"), the value and
 // the limits unless `bytes` is a workspace size a model accepts.

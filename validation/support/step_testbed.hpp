@@ -546,8 +546,9 @@ class StepTest : public GpuTest {
   }
   cudaStream_t stream() const { return ctx_ ? ctx_->stream() : nullptr; }
   StepTestbed<T> bed(std::string label) const { return StepTestbed<T>(stream(), std::move(label)); }
-  // True GEMMs (GemmMath::F32) on the fixture's cuBLAS handle. Its workspace is sized for the
-  // tensor-core tier (fixture_cublas_workspace_bytes); the strict tier works with it too.
+  // True GEMMs (GemmMath::F32) on the fixture's cuBLAS handle. Its workspace is a default
+  // Model's of this storage type (fixture_cublas_workspace_bytes: the tensor-core tier's for
+  // bf16/f16, the strict tier's for f32); a GEMM of the other tier runs with it too.
   gpu::Gemm gemm(gpu::TypedGemm typed = gpu::TypedGemm::TensorCore) const {
     return gpu::Gemm(ctx_ ? ctx_->cublas() : nullptr, gpu::GemmMath::F32, typed);
   }
