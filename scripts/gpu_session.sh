@@ -5,7 +5,9 @@
 # on all dtypes, and the benchmarks. Results (JSON files at the top, logs under
 # logs/) are packed into <out>/results.tar.gz.
 #
-# usage: scripts/gpu_session.sh <build-dir> <out-dir> [phase ...]
+# usage: scripts/gpu_session.sh <build-dir | build.tar.xz> <out-dir> [phase ...]
+# An archive made by scripts/pack_build.sh is unpacked beside itself (<archive>.d/build),
+# once: a later call on the same machine reuses the folder.
 # phases (default: info tests sanitize validate bench):
 #   info      nvidia-smi, `mambacheck devices`
 #   tests     the host CPU (lscpu), then ctest -L gpu (JUnit XML + log)
@@ -66,7 +68,20 @@
 # as CTEST_ARGS="-R ScanParity|ScanEmulationBits" reaches ctest whole.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$(cd "$1" && pwd)"; out="$2"; shift 2
+build="$1"; out="$2"; shift 2
+if [ -f "$build" ]; then
+  case "$build" in
+    *.tar.xz)
+      if [ ! -d "$build.d/build" ]; then
+        mkdir -p "$build.d" && tar -C "$build.d" -xJf "$build" \
+          || { echo "gpu_session: could not unpack $build into $build.d" >&2; exit 2; }
+      fi
+      build="$build.d/build" ;;
+    *) echo "gpu_session: $build is a file but not a .tar.xz archive of scripts/pack_build.sh" >&2; exit 2 ;;
+  esac
+fi
+abs="$(cd "$build" 2>/dev/null && pwd)" || { echo "gpu_session: no build folder or archive '$build'" >&2; exit 2; }
+build="$abs"
 phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(info tests sanitize validate bench)
 mkdir -p "$out/logs"
 out="$(cd "$out" && pwd)"  # absolute: the suites write their JSON from their own folders
