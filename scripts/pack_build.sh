@@ -15,6 +15,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"; archive="$2"
 case "$archive" in *.tar.xz) ;; *) echo "pack_build: archive '$archive' must end in .tar.xz" >&2; exit 2 ;; esac
 [ -f "$build/CTestTestfile.cmake" ] || { echo "pack_build: $build is not a configured build folder (no CTestTestfile.cmake)" >&2; exit 2; }
+lib="$build/kernels/libmc_kernels.so"
+[ -f "$lib" ] || { echo "pack_build: $build has no kernels/libmc_kernels.so (a CPU-only build: nothing for a GPU machine to run)" >&2; exit 2; }
 mkdir -p "$(dirname "$archive")"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 "$root/scripts/stage_build.sh" "$build" "$tmp/build" >/dev/null
@@ -24,11 +26,10 @@ if [ -f "$tmp/build/validation/emulation/CTestTestfile.cmake" ]; then
     > "$tmp/build/validation/emulation/CTestTestfile.cmake"
 fi
 tar -C "$tmp" -cf - build | xz -T0 -9 > "$archive"
-lib="$build/kernels/libmc_kernels.so"
 {
   echo "packed $(date -u +%FT%TZ) from $build"
   echo "commit $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (dirty tree)')"
-  [ -f "$lib" ] && echo "libmc_kernels.so md5 $(md5sum "$lib" | cut -d' ' -f1)"
+  echo "libmc_kernels.so md5 $(md5sum "$lib" | cut -d' ' -f1)"
 } > "$archive.txt"
 bytes=$(stat -c %s "$archive")
 echo "packed $((bytes / 1048576)) MiB into $archive ($(sed -n 2p "$archive.txt"))"
