@@ -113,6 +113,8 @@ __device__ __forceinline__ float row_inverse_rms(float total, int64_t D, float e
 // (KR = rmsnorm_fwd_regs(D)), so the row is read once and x_out, y are written from
 // registers. The sum of squares runs over the lane's elements ascending, as in the
 // streaming kernel below, so both give the same bits.
+//   x [R, D] f32 (+ bias [D] f32 or residual [R, D] T), g [D] f32 -> x_out [R, D] f32,
+//   y [R, D] T, rms [R] f32; one warp a row.
 template <class T, NormPre kPre, int KR>
 __global__ void __launch_bounds__(32 * kNormRowsPerBlock, KR <= 24 ? 3 : 1)  // 3 blocks/SM at <= 80 regs
     rmsnorm_fwd_regs_kernel(NormFwdArgs<T> a) {
@@ -155,6 +157,8 @@ inline int rmsnorm_fwd_regs(int64_t D) {
 // With the pre-add the value v = f32(q(x + bias)) is written to x_out and normalised:
 // the same v as a separate bias_add_round would store, then the same sums in the same
 // order, so the same bits as the two passes.
+//   x [R, D] f32 (+ bias [D] f32), g [D] f32 -> x_out [R, D] f32, y [R, D] T, rms [R] f32;
+//   one warp a row.
 template <class T, NormPre kPre>
 __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
     rmsnorm_fwd_stream_kernel(NormFwdArgs<T> a) {

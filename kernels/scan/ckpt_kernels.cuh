@@ -527,6 +527,9 @@ template <class T, int S, int L, scan::ExpMath E, bool PIECES>
 inline constexpr bool kUnrollFwdTransform =
     sizeof(T) == 4 && S == 4 && L == 4 && E == scan::ExpMath::Accurate && !PIECES;
 
+//   δ (or Δraw + delta_bias [di]), u, z [B*T, ld] V; B, C [B*T, ld] V (ds columns);
+//   a_neg [di, ds], D [di], h0 [B, di, ds] f32 -> y [B*T, ld_y] V, h_final [B, di, ds] f32,
+//   ckpt [B, n_saved, di, ds] f32.
 // grid B·nblk_d blocks of 32·W threads (PIECES: pieces x that, block = piece·B·nblk_d +
 // b·nblk_d + dblk); dynamic smem ckpt_smem(KF, .., backward = false) with
 // KF = ckpt_fwd_stage(DP, K, sizeof(T))·K rows per stage. PIECES (the d_state <= 16 plan,
@@ -739,6 +742,9 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 }
 
 // ---- backward -------------------------------------------------------------------------
+//   the forward's inputs, ckpt [B, ckpt_slots, di, ds] f32, dy [B*T, ld_dy] V,
+//   dh_final [B, di, ds] -> dδ, du, dz [B*T, ld] V; dB_part, dC_part [B, seg_rows, nblk_d, ds],
+//   dAlog_part [B, di, ds], dD_part [B, di], dh0 [B, di, ds] f32; carry between segments.
 // grid B·nblk_d blocks of 32·W threads (PIECES with parallel pieces: pieces x that);
 // dynamic smem ckpt_smem(.., backward = true). PIECES: compiled for the pieces of
 // CkptBwdArgs (the d_state <= 16 plan only, host.cu); the instances without them run the

@@ -137,6 +137,8 @@ __device__ __forceinline__ void load_carry_chunk(const CkptPieceCarryArgs<T>& p,
   load_chunk_column<T, K>(p.Cm, p.ld_C, r0, nk, col, in.cv);
 }
 
+//   δ [B*T, ld] V, C, z, dy [B*T, ld] V, a_neg [di, ds], dh_final [B, di, ds]
+//   -> carry [n_pieces - 1][2][B, di, ds] f32.
 // grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
 // (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks n_ckpt-1
 // down to piece_chunks; after chunk c = p·piece_chunks (p >= 1) it writes
@@ -236,6 +238,8 @@ __device__ __forceinline__ void load_state_chunk(const CkptPieceStateArgs<T>& p,
   load_chunk_column<T, K>(p.Bm, p.ld_B, r0, nk, col, in.bv);
 }
 
+//   δ, u [B*T, ld] V, B [B*T, ld_B] V, a_neg [di, ds], h0 [B, di, ds]
+//   -> ckpt [B, n_ckpt, di, ds] f32 (the chunks that start a piece only).
 // grid: B · carry_blocks_per_sample(di) blocks of kCarryThreads threads, kCarryLanes per
 // (b, d); K = the plan's steps per chunk; d_state <= kCarryLanes. Walks chunks 0 up to
 // (pieces - 1)·piece_chunks - 1 (all whole: the last piece holds the chunk past T); before

@@ -209,6 +209,8 @@ __device__ __forceinline__ void refill_walk(const CkptRefillArgs<T>& p, int64_t 
   store_states<4>(out, p.vec_state, nvalid, h);  // the state before chunk c_hi - 1
 }
 
+//   δ, u [B*T, ld] V, B [B*T, ld_B] V, a_neg [di, ds], saved [B, n_saved, di, ds]
+//   -> dense [B, group, di, ds] f32.
 // grid: B · refill_blocks_per_sample(di, ds) blocks of kRefillThreads threads; K = the
 // plan's steps per chunk. Writes dense[b, c - c_lo, d, :] = h before chunk c, for
 // c_lo <= c < c_hi (c_hi - c_lo <= group).

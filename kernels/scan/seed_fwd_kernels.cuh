@@ -45,6 +45,8 @@ namespace mc::kern::scan_detail {
 
 // ---- sequential --------------------------------------------------------------------
 // grid_1d(B*di) x kSeqThreads; thread (b, d) loops t = 0..T-1 and n = 0..ds-1.
+//   δ, u [B, T, di] T, B/C [B*T, ld_bc] T, a_neg [di, ds], D [di], h [B, di, ds] (in/out)
+//   -> y [B, T, di] T, h_saved [B, T+1, di, ds] f32 (kSave)
 template <class T, bool kSave>
 __global__ void __launch_bounds__(kSeqThreads, kMinSeqBlocks)
     scan_fwd_seq_kernel(FwdArgs<T> p, bool vec4) {
