@@ -59,7 +59,9 @@ const char* cublas_compute_name(GemmTier t) {
 
 std::string describe(GemmTier t) {
   const std::string common =
-      "; cublasGemmEx_64, CUBLAS_GEMM_DEFAULT heuristic, fixed 32 MiB workspace, atomics not "
+      "; cublasGemmEx_64, CUBLAS_GEMM_DEFAULT heuristic, a fixed workspace (by default " +
+      std::to_string(default_cublas_workspace_bytes(t)) +
+      " bytes on this tier; RunOptions::cublas_workspace_bytes sets another), atomics not "
       "allowed, reduced-precision split-K reductions disallowed (one rounding to the output type)";
   switch (t) {
     case GemmTier::Strict:

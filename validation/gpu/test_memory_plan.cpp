@@ -12,7 +12,8 @@
 //   * the plan's buffers add up to its total, and grouped scan checkpoints change only
 //     the saved states (exactly the states they do not save) and never grow the shared
 //     region that holds the scan workspace with a group's refilled states;
-//   * the cuBLAS workspace is the GEMM tier's size unless one is given, and nothing else;
+//   * the cuBLAS workspace is the GEMM tier's size unless one is given, and nothing else,
+//     and the tier's description (gpu::describe, in every report) names that size;
 //   * plan_memory refuses what the Model refuses, naming the field.
 #include <gtest/gtest.h>
 
@@ -169,6 +170,10 @@ TEST(MemoryPlan, CublasWorkspaceFollowsTheTier) {
     dflt.typed_gemm = t.typed;
     const std::string tier = to_string(gpu::gemm_tier(t.dt, t.math, t.typed));
     EXPECT_EQ(gpu::cublas_workspace_bytes(dflt), t.bytes) << tier;
+    // the tier's description in every report names the size its runs use
+    const std::string said = gpu::describe(gpu::gemm_tier(t.dt, t.math, t.typed));
+    EXPECT_NE(said.find("by default " + std::to_string(t.bytes) + " bytes"), std::string::npos)
+        << tier << ": " << said;
     const gpu::MemoryPlan pd = gpu::plan_memory(cfg, check::kPeerStepBatch, r.T, dflt);
     EXPECT_EQ(cublas_workspace_of(pd), int64_t(t.bytes)) << tier;
     gpu::RunOptions given = dflt;
