@@ -63,7 +63,11 @@
 # The tests phase writes the precision and determinism rows the suites record to
 # validation-precision.json / validation-determinism.json.
 # Environment: PHASE_TIMEOUT (seconds per phase, default 900; TIMEOUT_<phase> for one
-# phase, non-alphanumerics as _), CTEST_ARGS, SCAN_ARGS, TRAIN_ARGS, PEER_DIR. The *_ARGS
+# phase, non-alphanumerics as _), DEADLINE (seconds from the start by which the script has
+# packed its results and ended, for a runner that kills the whole call at a time limit:
+# each phase's limit is cut to the time left less 20 s for the packing, a phase with under
+# 5 s left is skipped with a line saying so, a wait for the peer's build gives up and stops
+# that build; 0 or unset = no deadline), CTEST_ARGS, SCAN_ARGS, TRAIN_ARGS, PEER_DIR. The *_ARGS
 # are split on white space and passed as arguments, never through a shell: a regex such
 # as CTEST_ARGS="-R ScanParity|ScanEmulationBits" reaches ctest whole.
 set -u -o pipefail
@@ -88,11 +92,43 @@ out="$(cd "$out" && pwd)"  # absolute: the suites write their JSON from their ow
 export PATH="$PATH:/usr/local/cuda/bin"
 tmo="${PHASE_TIMEOUT:-900}"
 status=0
+t_start=$(date +%s)
+deadline="${DEADLINE:-0}"
+case "$deadline" in ''|*[!0-9]*) echo "gpu_session: DEADLINE '$deadline' must be whole seconds (0 = none)" >&2; exit 2 ;; esac
+pack_reserve=20  # seconds kept for packing results.tar.gz
+# Seconds a phase may still take under DEADLINE (a large number without one).
+time_left() {
+  if [ "$deadline" -eq 0 ]; then echo 1000000; return; fi
+  echo $(( deadline - ( $(date +%s) - t_start ) - pack_reserve ))
+}
+# wait_for <pid> <what>: wait for a background job, or under DEADLINE until the time is
+# up, then stop it (the phases that need it are then skipped or fail on their own).
+wait_for() {
+  local pid="$1" what="$2"
+  [ -n "$pid" ] || return 0
+  if [ "$deadline" -eq 0 ]; then wait "$pid"; return $?; fi
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(time_left)" -le 0 ]; then
+      echo "=== $what: stopped, DEADLINE ${deadline} s reached"
+      pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+      status=1; return 1
+    fi
+    sleep 1
+  done
+  wait "$pid"
+}
 run_phase() {  # name, command...
   local name="$1"; shift
   local t0=$(date +%s)
   local var="TIMEOUT_${name//[^A-Za-z0-9]/_}"  # per-phase limit, e.g. TIMEOUT_ctest_gpu=240
   local limit="${!var:-$tmo}"
+  local left; left=$(time_left)
+  if [ "$left" -lt 5 ]; then
+    echo "=== $name: skipped, DEADLINE ${deadline} s: ${left} s left before packing"
+    echo "skipped: DEADLINE ${deadline} s reached before this phase" >"$out/logs/$name.txt"
+    status=1; return 0
+  fi
+  if [ "$left" -lt "$limit" ]; then limit="$left"; fi
   echo "=== $name: $*"
   timeout "$limit" "$@" >"$out/logs/$name.txt" 2>&1
   local rc=$?
@@ -147,14 +183,14 @@ for p in "${phases[@]}"; do
       start_peer_build ;;
     peer)
       start_peer_build || continue
-      wait "$peer_build_pid"; echo "=== peer build: rc=$? ($(tail -n 2 "$out/logs/peer_build.txt" | tr '\n' ' '))"
+      wait_for "$peer_build_pid" "peer build"; echo "=== peer build: rc=$? ($(tail -n 2 "$out/logs/peer_build.txt" | tr '\n' ' '))"
       so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
       run_phase peer_scan env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_scan.py" --module "$so" \
         --out "$out/peer_scan.json" ;;
     peerstep)
       # the peer's Mamba-1 block stack, one training step on bench_train_step's rows
       start_peer_build || continue
-      wait "$peer_build_pid"; wait "$peer_conv_pid"
+      wait_for "$peer_build_pid" "peer build"; wait_for "$peer_conv_pid" "peer conv build"
       echo "=== peer builds: $(tail -n 1 "$out/logs/peer_build.txt"); $(tail -n 1 "$out/logs/peer_build_conv.txt")"
       run_phase peer_train_step env PYTHONUNBUFFERED=1 python3 "$root/bench/peer_train_step.py" \
         --peer-py "$peer_dir/py" --ext "$peer_dir/build/ss" --ext "$peer_dir/build/cc" \
@@ -164,7 +200,7 @@ for p in "${phases[@]}"; do
     smallbatch)
       # the scan at small batches (the backward's pieces, scan.hpp), ours then the peer's when
       # its module is built (peerbuild/peer): B in $SMALL_B (default 1 2 4), d_inner 1536
-      if [ -n "$peer_build_pid" ]; then wait "$peer_build_pid"; fi
+      wait_for "$peer_build_pid" "peer build"
       so=$(ls "$peer_dir"/build/ss/selective_scan_cuda*.so 2>/dev/null | head -n 1)
       for bb in ${SMALL_B:-1 2 4}; do
         # :pN with the backward's own count at d_inner 1536 (8 / B) also forces the forward's

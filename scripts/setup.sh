@@ -13,6 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev        # JSON: result files, dump manifests, config files (header-only)
   libcli11-dev              # the mambacheck command line (header-only)
   python3 python3-numpy python3-matplotlib   # report generator, .npy checks
+  procps                    # pgrep/pkill: scripts/test_gpu_session.sh (GpuSession.Deadline)
 )
 
 missing=()
