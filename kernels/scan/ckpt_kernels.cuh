@@ -742,6 +742,39 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 }
 
 // ---- backward -------------------------------------------------------------------------
+// One batch of a backward block's dB/dC partials (every backward kernel's block sums):
+//   wbuf [W][Q][2][DP] f32, the warps' sums of the batch (entry o = (kk·2 + q)·DP + n of a
+//   warp, the warps NO = Q·2·DP floats apart) -> dB_rows[kk·row_step + n] (q = 0) and
+//   dC_rows[kk·row_step + n] (q = 1), the block's partial rows of the batch's steps kk.
+// Each sum adds the W warps in ascending order. Rows kk >= rows_valid (steps past T) and
+// states n >= ds are summed but not stored. The calling thread takes entries first,
+// first + STRIDE, ... (the whole block covers NO). The caller forms the two row pointers
+// once a batch; an entry then costs its loads and adds, a 32-bit offset and a predicated
+// store, with no branch. Before, each entry formed its 64-bit partial index
+// ((row0 + t)·nblk_d + dblk)·ds + n itself: ~35 instructions an entry, four entries a step
+// at d_state 256, about as many instructions as the walk's arithmetic of that step
+// (docs/performance-notes.md, "twenty-ninth session"). The same sums go to the same
+// addresses, so the bits do not change.
+// row_step = nblk_d·ds <= kMaxDInner·kMaxDState and kk < Q <= 8: offsets fit an int.
+static_assert(int64_t(::mc::Limits::kMaxDInner) * ::mc::Limits::kMaxDState * 8 < (int64_t(1) << 31),
+              "store_batch_partials: 32-bit row offsets");
+template <int NO, int DP, int W, int STRIDE>
+__device__ __forceinline__ void store_batch_partials(const float* wbuf, int first, float* dB_rows,
+                                                     float* dC_rows, int row_step, int ds,
+                                                     int rows_valid) {
+  static_assert(NO % STRIDE == 0, "the block covers a batch's entries in whole passes");
+#pragma unroll
+  for (int i = 0; i < NO / STRIDE; ++i) {
+    const int o = first + i * STRIDE;
+    const int kk = o / (2 * DP), q = (o / DP) % 2, n = o % DP;
+    float acc = wbuf[o];
+#pragma unroll
+    for (int w = 1; w < W; ++w) acc += wbuf[w * NO + o];
+    float* dst = (q == 0 ? dB_rows : dC_rows) + (kk * row_step + n);
+    if (n < ds && kk < rows_valid) *dst = acc;
+  }
+}
+
 //   the forward's inputs, ckpt [B, ckpt_slots, di, ds] f32, dy [B*T, ld_dy] V,
 //   dh_final [B, di, ds] -> dδ, du, dz [B*T, ld] V; dB_part, dC_part [B, seg_rows, nblk_d, ds],
 //   dAlog_part [B, di, ds], dD_part [B, di], dh0 [B, di, ds] f32; carry between segments.
@@ -1176,20 +1209,12 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
       if (SB && qb == 0 && c > (PIECES ? pw.c_lo : p.c_lo)) stage(c - 1, 0, false, true);
-      // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
-      {
-        const float* wbuf = wsum + size_t(wb) * W * NO;
-        for (int o = int(threadIdx.x); o < NO; o += kCkptMaxThreads) {
-          const int kk = o / (2 * DP), q = (o / DP) % 2, n = o % DP;
-          const int64_t t = t0 + qb * Q + kk;
-          if (n < p.ds && t < p.T) {
-            float acc = wbuf[o];
-#pragma unroll
-            for (int w = 1; w < W; ++w) acc += wbuf[size_t(w) * NO + o];
-            float* part = q == 0 ? p.dB_part : p.dC_part;
-            part[((part_row0 + t) * g.nblk_d + m.dblk) * p.ds + n] = acc;
-          }
-        }
+      // block sums (warps ascending) -> the block's partials of rows tb .. tb+Q-1
+      if (const int64_t tb = t0 + qb * Q; tb < p.T) {
+        const int64_t row = ((part_row0 + tb) * g.nblk_d + m.dblk) * p.ds;
+        store_batch_partials<NO, DP, W, kCkptMaxThreads>(
+            wsum + size_t(wb) * W * NO, int(threadIdx.x), p.dB_part + row, p.dC_part + row,
+            int(g.nblk_d * p.ds), int(p.ds), int(min(int64_t(Q), p.T - tb)));
       }
       wb ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }

@@ -539,18 +539,12 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
           }
       }
       __syncwarp();  // the batch's sums of every virtual warp are in wsum
-      // block sums (virtual warps ascending) -> the block's partials of rows t0 + qb·Q + kk
-#pragma unroll
-      for (int o = lane; o < NO; o += CB) {
-        const int kk = o / (2 * DP), q = (o / DP) % 2, n = o % DP;
-        const int64_t t = t0 + qb * Q + kk;
-        if (n < p.ds && t < p.T) {
-          float acc = wsum[o];
-#pragma unroll
-          for (int w = 1; w < kWholeVW; ++w) acc += wsum[w * NO + o];
-          float* part = q == 0 ? p.dB_part : p.dC_part;
-          part[((part_row0 + t) * g.nblk_d + dblk) * p.ds + n] = acc;
-        }
+      // block sums (virtual warps ascending) -> the block's partials of rows tb .. tb+Q-1
+      if (const int64_t tb = t0 + qb * Q; tb < p.T) {
+        const int64_t row = ((part_row0 + tb) * g.nblk_d + dblk) * p.ds;
+        store_batch_partials<NO, DP, kWholeVW, CB>(wsum, lane, p.dB_part + row, p.dC_part + row,
+                                                   int(g.nblk_d * p.ds), int(p.ds),
+                                                   int(min(int64_t(Q), p.T - tb)));
       }
       __syncwarp();  // read before the next batch overwrites it
     }
