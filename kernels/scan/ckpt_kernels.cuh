@@ -755,14 +755,18 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 // at d_state 256, about as many instructions as the walk's arithmetic of that step
 // (docs/performance-notes.md, "twenty-ninth session"). The same sums go to the same
 // addresses, so the bits do not change.
-// row_step = nblk_d·ds <= kMaxDInner·kMaxDState and kk < Q <= 8: offsets fit an int.
-static_assert(int64_t(::mc::Limits::kMaxDInner) * ::mc::Limits::kMaxDState * 8 < (int64_t(1) << 31),
+// row_step = nblk_d·ds <= kMaxDInner·kMaxDState and kk < Q <= kMaxPartialBatch: offsets fit
+// an int.
+constexpr int kMaxPartialBatch = 8;  // steps a dB/dC batch, the most any backward plan uses
+static_assert(int64_t(::mc::Limits::kMaxDInner) * ::mc::Limits::kMaxDState * kMaxPartialBatch <
+                  (int64_t(1) << 31),
               "store_batch_partials: 32-bit row offsets");
 template <int NO, int DP, int W, int STRIDE>
 __device__ __forceinline__ void store_batch_partials(const float* wbuf, int first, float* dB_rows,
                                                      float* dC_rows, int row_step, int ds,
                                                      int rows_valid) {
   static_assert(NO % STRIDE == 0, "the block covers a batch's entries in whole passes");
+  static_assert(NO / (2 * DP) <= kMaxPartialBatch, "a batch's rows: 32-bit offsets");
 #pragma unroll
   for (int i = 0; i < NO / STRIDE; ++i) {
     const int o = first + i * STRIDE;
