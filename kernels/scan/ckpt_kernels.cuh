@@ -747,10 +747,11 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 //   warp, the warps NO = Q·2·DP floats apart) -> dB_rows[kk·row_step + n] (q = 0) and
 //   dC_rows[kk·row_step + n] (q = 1), the block's partial rows of the batch's steps kk.
 // Each sum adds the W warps in ascending order. Rows kk >= rows_valid (steps past T) and
-// states n >= ds are summed but not stored. The calling thread takes entries first,
-// first + STRIDE, ... (the whole block covers NO). The caller forms the two row pointers
-// once a batch; an entry then costs its loads and adds, a 32-bit offset and a predicated
-// store, with no branch. Before, each entry formed its 64-bit partial index
+// states n >= ds are not stored. The calling thread takes entries first, first + STRIDE, ...
+// (the whole block covers NO). The caller forms the two row pointers once a batch; an entry
+// then costs its test, its loads and adds, a 32-bit offset and the store (the loop is
+// unrolled; ptxas puts each entry's loads, adds and store under its test). Before, each
+// entry formed its 64-bit partial index
 // ((row0 + t)·nblk_d + dblk)·ds + n itself: ~35 instructions an entry, four entries a step
 // at d_state 256, about as many instructions as the walk's arithmetic of that step
 // (docs/performance-notes.md, "twenty-ninth session"). The same sums go to the same
