@@ -743,31 +743,38 @@ __global__ void __launch_bounds__(kCkptMaxThreads) ckpt_fwd_kernel(CkptFwdArgs<T
 
 // ---- backward -------------------------------------------------------------------------
 // One batch of a backward block's dB/dC partials (every backward kernel's block sums):
-//   wbuf [W][Q][2][DP] f32, the warps' sums of the batch (entry o = (kk·2 + q)·DP + n of a
-//   warp, the warps NO = Q·2·DP floats apart) -> dB_rows[kk·row_step + n] (q = 0) and
-//   dC_rows[kk·row_step + n] (q = 1), the block's partial rows of the batch's steps kk.
-// Each sum adds the W warps in ascending order. Rows kk >= rows_valid (steps past T) and
-// states n >= ds are not stored. The calling thread takes entries first, first + STRIDE, ...
-// (the whole block covers NO). The caller forms the two row pointers once a batch; an entry
-// then costs its test, its loads and adds, a 32-bit offset and the store (the loop is
-// unrolled; ptxas puts each entry's loads, adds and store under its test). Before, each
-// entry formed its 64-bit partial index
-// ((row0 + t)·nblk_d + dblk)·ds + n itself: ~35 instructions an entry, four entries a step
-// at d_state 256, about as many instructions as the walk's arithmetic of that step
-// (docs/performance-notes.md, "twenty-ninth session"). The same sums go to the same
+//   wbuf [W][Q][2][DP] f32, the warps' sums of the batch of Q = NO / (2·DP) steps from tb
+//   (entry o = (kk·2 + q)·DP + n of a warp, the warps NO = Q·2·DP floats apart)
+//   -> p.dB_part (q = 0) and p.dC_part (q = 1) [B, seg_rows, nblk_d, ds], rows
+//   part_row0 + tb + kk of channel block dblk.
+// Each sum adds the W warps in ascending order. Steps past T and states n >= ds are not
+// stored. The calling thread takes entries first, first + STRIDE, ... (the whole block
+// covers NO). The two row pointers are formed once a batch; an entry then costs its test,
+// its loads and adds, a 32-bit offset and the store (the loop is unrolled; ptxas puts each
+// entry's loads, adds and store under its test). Before, each entry formed its 64-bit
+// partial index ((row0 + t)·nblk_d + dblk)·ds + n itself: ~35 instructions an entry, four
+// entries a step at d_state 256, about as many instructions as the walk's arithmetic of that
+// step (docs/performance-notes.md, "twenty-ninth session"). The same sums go to the same
 // addresses, so the bits do not change.
-// row_step = nblk_d·ds <= kMaxDInner·kMaxDState and kk < Q <= kMaxPartialBatch: offsets fit
-// an int.
+// The row step nblk_d·ds <= kMaxDInner·kMaxDState and kk < Q <= kMaxPartialBatch: offsets
+// fit an int.
 constexpr int kMaxPartialBatch = 8;  // steps a dB/dC batch, the most any backward plan uses
 static_assert(int64_t(::mc::Limits::kMaxDInner) * ::mc::Limits::kMaxDState * kMaxPartialBatch <
                   (int64_t(1) << 31),
               "store_batch_partials: 32-bit row offsets");
-template <int NO, int DP, int W, int STRIDE>
-__device__ __forceinline__ void store_batch_partials(const float* wbuf, int first, float* dB_rows,
-                                                     float* dC_rows, int row_step, int ds,
-                                                     int rows_valid) {
+template <int NO, int DP, int W, int STRIDE, class V>
+__device__ __forceinline__ void store_batch_partials(const CkptBwdArgs<V>& p, const float* wbuf,
+                                                     int first, int64_t nblk_d, int64_t dblk,
+                                                     int64_t part_row0, int64_t tb) {
+  constexpr int Q = NO / (2 * DP);
   static_assert(NO % STRIDE == 0, "the block covers a batch's entries in whole passes");
-  static_assert(NO / (2 * DP) <= kMaxPartialBatch, "a batch's rows: 32-bit offsets");
+  static_assert(Q <= kMaxPartialBatch, "a batch's rows: 32-bit offsets");
+  if (tb >= p.T) return;  // a batch wholly past T (the last chunk's padding)
+  const int64_t row = ((part_row0 + tb) * nblk_d + dblk) * p.ds;
+  float* dB_rows = p.dB_part + row;
+  float* dC_rows = p.dC_part + row;
+  const int row_step = int(nblk_d * p.ds), ds = int(p.ds);
+  const int rows_valid = int(min(int64_t(Q), p.T - tb));
 #pragma unroll
   for (int i = 0; i < NO / STRIDE; ++i) {
     const int o = first + i * STRIDE;
@@ -1214,13 +1221,10 @@ __global__ void __launch_bounds__(kCkptMaxThreads, ckpt_bwd_min_blocks(E, S, L))
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
       // one B/C buffer: after the chunk's last batch barrier no thread reads its B/C rows
       if (SB && qb == 0 && c > (PIECES ? pw.c_lo : p.c_lo)) stage(c - 1, 0, false, true);
-      // block sums (warps ascending) -> the block's partials of rows tb .. tb+Q-1
-      if (const int64_t tb = t0 + qb * Q; tb < p.T) {
-        const int64_t row = ((part_row0 + tb) * g.nblk_d + m.dblk) * p.ds;
-        store_batch_partials<NO, DP, W, kCkptMaxThreads>(
-            wsum + size_t(wb) * W * NO, int(threadIdx.x), p.dB_part + row, p.dC_part + row,
-            int(g.nblk_d * p.ds), int(p.ds), int(min(int64_t(Q), p.T - tb)));
-      }
+      // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk
+      store_batch_partials<NO, DP, W, kCkptMaxThreads>(p, wsum + size_t(wb) * W * NO,
+                                                       int(threadIdx.x), g.nblk_d, m.dblk,
+                                                       part_row0, t0 + qb * Q);
       wb ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }
     // the last batch's barrier published this chunk's outputs; the next chunk's first

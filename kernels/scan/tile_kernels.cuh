@@ -645,14 +645,10 @@ __global__ void __launch_bounds__(kTileThreads, 1) tile_bwd_kernel(CkptBwdArgs<T
         for (int kk = 0; kk < QD; ++kk) ws[(kh + kk) * 32 + widx] = v[kk];
       }
       __syncthreads();  // every warp's sums of this batch are in wsum[wb]
-      // block sums (warps ascending) -> the block's partials of rows tb .. tb+Q-1 (a warp's
+      // block sums (warps ascending) -> the block's partials of rows t0 + qb·Q + kk (a warp's
       // row of a step is 32 floats: dB of states 0..15, then dC)
-      if (const int64_t tb = t0 + qb * Q; tb < p.T) {
-        const int64_t row = ((part_row0 + tb) * g.nblk_d + m.dblk) * p.ds;
-        store_batch_partials<Q * 32, kTileMaxDState, W, kTileThreads>(
-            wsum + size_t(wb) * W * Q * 32, m.tid, p.dB_part + row, p.dC_part + row,
-            int(g.nblk_d * p.ds), int(p.ds), int(min(int64_t(Q), p.T - tb)));
-      }
+      store_batch_partials<Q * 32, kTileMaxDState, W, kTileThreads>(
+          p, wsum + size_t(wb) * W * Q * 32, m.tid, g.nblk_d, m.dblk, part_row0, t0 + qb * Q);
       wb ^= 1;  // the next batch fills the other buffer; this one is read until the next barrier
     }
   }

@@ -539,13 +539,9 @@ __global__ void __launch_bounds__(kWholeThreads) whole_bwd_kernel(CkptBwdArgs<T>
           }
       }
       __syncwarp();  // the batch's sums of every virtual warp are in wsum
-      // block sums (virtual warps ascending) -> the block's partials of rows tb .. tb+Q-1
-      if (const int64_t tb = t0 + qb * Q; tb < p.T) {
-        const int64_t row = ((part_row0 + tb) * g.nblk_d + dblk) * p.ds;
-        store_batch_partials<NO, DP, kWholeVW, CB>(wsum, lane, p.dB_part + row, p.dC_part + row,
-                                                   int(g.nblk_d * p.ds), int(p.ds),
-                                                   int(min(int64_t(Q), p.T - tb)));
-      }
+      // block sums (virtual warps ascending) -> the block's partials of rows t0 + qb·Q + kk
+      store_batch_partials<NO, DP, kWholeVW, CB>(p, wsum, lane, g.nblk_d, dblk, part_row0,
+                                                 t0 + qb * Q);
       __syncwarp();  // read before the next batch overwrites it
     }
   }
